@@ -1,0 +1,1 @@
+"""SAFE engine: token-level ensembling of LLMs with different tokenizers (no UI imports here)."""

