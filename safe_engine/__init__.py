@@ -1,1 +1,13 @@
 """SAFE engine: token-level ensembling of LLMs with different tokenizers (no UI imports here)."""
+
+from .compare import load_models, run_comparison, summarize
+from .decoding import DecodeConfig, decode
+from .ensemble import EnsembleConfig
+from .errors import ConfigError, ModelLoadError, ModelSpecError, SafeEngineError
+from .models import DEFAULT_MODELS, LoadedModel, LoadOptions, load_model, load_tokenizer
+
+__all__ = [
+    "DEFAULT_MODELS", "ConfigError", "DecodeConfig", "EnsembleConfig", "LoadOptions", "LoadedModel", "ModelLoadError",
+    "ModelSpecError", "SafeEngineError", "decode", "load_model", "load_models", "load_tokenizer", "run_comparison",
+    "summarize",
+]

@@ -1,0 +1,75 @@
+"""Runs several strategies on one prompt with models loaded once, and summarises each run."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from typing import Callable, Iterator, Sequence
+
+from .decoding import DecodeConfig, decode
+from .events import Event, RunFinished, RunStarted
+from .models import LoadedModel, LoadOptions, load_model
+from .runtime import ModelSession
+
+SUMMARY_FIELDS = (
+    "text", "strategy", "label", "models", "drafter", "tokens", "ensembled", "replaced", "e_t", "oov_skips",
+    "consensus_skips", "sharpened", "rounds", "wall_s", "tokens_per_s", "overhead_share", "stop_reason",
+)
+
+
+def load_models(specs: Sequence[str], options: LoadOptions = LoadOptions(), progress: Callable[[str], None] | None = None) -> list[LoadedModel]:
+    return [load_model(spec, options, progress) for spec in specs]
+
+
+def warm_up(models: Sequence[LoadedModel]) -> None:
+    """One tiny forward per model, so the first timed run does not pay for lazy kernel set-up."""
+    for lm in models:
+        ModelSession(lm).next_token_logits(lm.encode_prompt("Hi"), [1])
+
+
+def summarize(events: Sequence[Event], label: str | None = None) -> dict:
+    """The flat record the CLI prints with --json (and the benchmark aggregates)."""
+    started = next(e for e in events if isinstance(e, RunStarted))
+    finished = next(e for e in events if isinstance(e, RunFinished))
+    stats = finished.stats
+    return {
+        "text": finished.text,
+        "strategy": started.strategy,
+        "label": label or started.strategy,
+        "models": [m["name"] for m in started.models],
+        "drafter": started.drafter,
+        "tokens": stats["tokens"],
+        "ensembled": stats["ensembled"],
+        "replaced": stats["replaced"],
+        "e_t": stats["e_t"],
+        "oov_skips": stats["oov_skips"],
+        "consensus_skips": stats["consensus_skips"],
+        "sharpened": stats["sharpened"],
+        "rounds": stats["rounds"],
+        "wall_s": stats["wall_s"],
+        "tokens_per_s": stats["tokens_per_s"],
+        "overhead_share": stats["overhead_share"],
+        "stop_reason": finished.stop_reason,
+        "stats": stats,
+    }
+
+
+def comparison_plan(models: Sequence[LoadedModel], config: DecodeConfig) -> list[tuple[str, Sequence[LoadedModel], DecodeConfig]]:
+    """Each single model, then per-token and SAFE with the configured drafter: (label, models, config)."""
+    plan = [(f"single:{lm.name}", [lm], replace(config, strategy="single", drafter=0, ensemble=replace(config.ensemble, weights=None))) for lm in models]
+    plan.append(("per-token", models, replace(config, strategy="per-token")))
+    plan.append(("safe", models, replace(config, strategy="safe")))
+    return plan
+
+
+def run_comparison(models: Sequence[LoadedModel], prompt: str, config: DecodeConfig, stop: threading.Event | None = None) -> Iterator[tuple[str, Event]]:
+    """Events of every run in the plan, each tagged with its label, in order."""
+    for label, run_models, run_config in comparison_plan(models, config):
+        for event in decode(run_models, prompt, run_config, stop):
+            yield label, event
+
+
+def ratios(summaries: Sequence[dict], drafter: str) -> dict[str, float]:
+    """Wall time of each run divided by the drafter decoding alone."""
+    base = next(s for s in summaries if s["label"] == f"single:{drafter}")["wall_s"]
+    return {s["label"]: s["wall_s"] / base for s in summaries if base > 0}

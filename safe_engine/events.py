@@ -1,0 +1,155 @@
+"""Typed, JSON-serialisable events that every decoding strategy yields while it runs.
+
+A consumer (the CLI, the web UI, a JSONL trace) only ever sees these. Offsets are *character* offsets
+into the response text (`TextCommitted.delta`s concatenated). Decisions for a drafted position:
+
+- ``accepted``: committed as drafted, nothing checked it (a single model decoding alone);
+- ``skipped-oov``: ensembling there was unsafe — the boundary before the token is missing for some
+  verifier (``oov_like`` per verifier);
+- ``skipped-consensus``: the models agree (``reason``: ``unanimity`` or ``mean>0.5``), ensembling
+  could not change the token;
+- ``ensembled``: the ensemble ran (``EnsemblePoint.changed`` says whether it replaced the token).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar, Iterable, Iterator
+
+DECISIONS = ("accepted", "skipped-oov", "skipped-consensus", "ensembled")
+
+
+@dataclass
+class Candidate:
+    text: str
+    p: float
+
+
+@dataclass
+class DraftToken:
+    id: int
+    text: str
+    start: int
+    end: int
+    p: float
+    top_k: list[Candidate]
+
+
+@dataclass
+class VerifierView:
+    model: str
+    oov_like: bool  # the boundary before the drafted token is missing in this verifier's tokenization
+    token: str | None = None  # the verifier's own token starting at that boundary
+    p: float | None = None  # its probability of that token
+    argmax: str | None = None
+    agrees: bool | None = None  # argmax == its own token
+
+
+@dataclass
+class UnionRow:
+    text: str
+    per_model: dict[str, float]
+    before: float
+    after: float | None
+
+
+@dataclass
+class CommittedToken:
+    text: str
+    start: int
+    end: int
+    ids: list[int]
+    decision: str
+    drafted: str | None = None  # the drafted token an ensemble replaced
+    reason: str | None = None
+    sharpened: bool = False
+    oov_like_for: list[str] = field(default_factory=list)  # models for which ensembling here was OOV-like
+
+
+@dataclass
+class Event:
+    kind: ClassVar[str] = "event"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, **asdict(self)}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False)
+
+
+@dataclass
+class RunStarted(Event):
+    kind: ClassVar[str] = "run_started"
+    strategy: str
+    drafter: str
+    models: list[dict]
+    prompts: dict[str, str]  # each model's formatted prompt
+    config: dict
+
+
+@dataclass
+class TokensDrafted(Event):
+    kind: ClassVar[str] = "tokens_drafted"
+    round: int
+    model: str
+    tokens: list[DraftToken]
+
+
+@dataclass
+class PositionVerified(Event):
+    kind: ClassVar[str] = "position_verified"
+    round: int
+    position: int  # index of the drafted token in the response (drafter tokens)
+    token: str
+    start: int
+    end: int
+    verifiers: list[VerifierView]
+    mean_p: float | None
+    decision: str
+    reason: str | None = None
+
+
+@dataclass
+class EnsemblePoint(Event):
+    kind: ClassVar[str] = "ensemble_point"
+    round: int
+    position: int
+    drafted: str | None  # None for per-token decoding, where nothing was drafted
+    chosen: str
+    changed: bool
+    method: str
+    sharpening: str | None  # the method that ran, None when the ensemble was not too smooth
+    table: list[UnionRow]
+
+
+@dataclass
+class TextCommitted(Event):
+    kind: ClassVar[str] = "text_committed"
+    round: int
+    delta: str
+    tokens: list[CommittedToken]
+
+
+@dataclass
+class RunFinished(Event):
+    kind: ClassVar[str] = "run_finished"
+    text: str
+    stop_reason: str  # eos | max_new_tokens | stopped
+    stats: dict
+
+
+EVENT_TYPES = {cls.kind: cls for cls in (RunStarted, TokensDrafted, PositionVerified, EnsemblePoint, TextCommitted, RunFinished)}
+
+
+def write_jsonl(events: Iterable[Event], handle) -> Iterator[Event]:
+    """Pass events through while appending each one as a JSON line (traces stay valid if a run is cut)."""
+    for event in events:
+        handle.write(event.to_json() + "\n")
+        handle.flush()
+        yield event
+
+
+def read_jsonl(path) -> list[dict]:
+    with open(path, encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]

@@ -1,0 +1,61 @@
+"""Per-run counters: what SAFE.md's "metrics every run reports" lists, filled in as decoding goes."""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+
+PHASES = ("draft", "verify", "ensemble", "retokenize")
+
+
+@dataclass
+class RunStats:
+    strategy: str
+    tokens: int = 0  # committed response positions (an ensembled string re-encoded to several ids counts once)
+    rounds: int = 0
+    drafted: int = 0
+    accepted_drafts: int = 0  # drafted tokens committed unchanged
+    ensembled: int = 0  # ensemble operations (E in E/T)
+    replaced: int = 0  # ensemble operations that changed the drafted token
+    oov_skips: dict[str, int] = field(default_factory=dict)  # per verifier
+    consensus_skips: dict[str, int] = field(default_factory=lambda: {"unanimity": 0, "mean": 0})
+    sharpened: int = 0
+    forward: dict[str, dict] = field(default_factory=dict)  # per model: passes, positions, seconds
+    time_split: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
+    wall_s: float = 0.0
+
+    @contextmanager
+    def timed(self, phase: str):
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.time_split[phase] += time.perf_counter() - started
+
+    @property
+    def e_t(self) -> float:
+        return self.ensembled / self.tokens if self.tokens else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.wall_s if self.wall_s else 0.0
+
+    @property
+    def forward_s(self) -> float:
+        return sum(entry["seconds"] for entry in self.forward.values())
+
+    @property
+    def overhead_share(self) -> float:
+        """Share of wall time spent outside model forward passes."""
+        return max(0.0, 1.0 - self.forward_s / self.wall_s) if self.wall_s else 0.0
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out.update(
+            e_t=self.e_t,
+            tokens_per_s=self.tokens_per_s,
+            forward_s=self.forward_s,
+            overhead_share=self.overhead_share,
+        )
+        return out
