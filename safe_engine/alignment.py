@@ -107,18 +107,20 @@ class TokenBytes:
         return b"".join(self._bytes[i] for i in ids)
 
     def encode_bytes(self, raw: bytes) -> list[int]:
-        """Token ids that spell exactly `raw` (one id when possible, else the tokenizer's own split)."""
+        """Token ids that spell exactly `raw`: one id when the vocabulary has it, else its canonical split.
+
+        Raises ValueError when this vocabulary cannot spell `raw` (unknown characters, missing bytes).
+        """
         single = self.id_of_bytes.get(raw)
         if single is not None:
             return [single]
         try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            per_byte = [self.id_of_bytes.get(bytes([b])) for b in raw]
-            if None in per_byte:
-                raise ValueError(f"{raw!r} cannot be spelled with this vocabulary") from None
-            return per_byte
-        return tokenize(self, text).ids
+            ids = tokenize(self, raw).ids
+        except Exception as exc:  # the Rust tokenizer raises a bare Exception on unknown characters
+            raise ValueError(f"{raw!r} cannot be spelled with this vocabulary: {exc}") from None
+        if self.join(ids) != raw:
+            raise ValueError(f"{raw!r} cannot be spelled with this vocabulary")
+        return ids
 
 
 def display_piece(raw: bytes) -> str:
@@ -144,14 +146,16 @@ def display_piece(raw: bytes) -> str:
 
 
 def complete_utf8_prefix(raw: bytes) -> int:
-    """Length of the longest prefix of `raw` that does not end inside a multi-byte character."""
-    for cut in range(len(raw), max(len(raw) - 4, -1), -1):
-        try:
-            raw[:cut].decode("utf-8")
-            return cut
-        except UnicodeDecodeError as exc:
-            if exc.start < cut - 3:  # invalid bytes earlier on: not a truncation problem
-                return len(raw)
+    """Length of `raw` without a character cut off at its very end (the next token may complete it)."""
+    segments = utf8_segments(raw)
+    if not segments or segments[-1][2]:
+        return len(raw)
+    start = segments[-1][0]
+    try:
+        raw[start:].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.reason == "unexpected end of data":
+            return start
     return len(raw)
 
 
@@ -176,10 +180,54 @@ class Tokenization:
         return self._start_index.get(offset)
 
 
-def tokenize(vocab: TokenBytes, text: str) -> Tokenization:
-    """Canonical tokenization of `text` (no special tokens), with exact byte spans."""
+def utf8_segments(raw: bytes) -> list[tuple[int, int, bool]]:
+    """(start, end, valid) runs of `raw`: valid UTF-8 text, and each ill-formed piece on its own.
+
+    Ill-formed pieces are exactly the ones `bytes.decode(errors="replace")` turns into one U+FFFD.
+    """
+    out, i = [], 0
+    while i < len(raw):
+        try:
+            raw[i:].decode("utf-8")
+            out.append((i, len(raw), True))
+            break
+        except UnicodeDecodeError as exc:
+            if exc.start:
+                out.append((i, i + exc.start, True))
+            out.append((i + exc.start, i + exc.end, False))
+            i += exc.end
+    return out
+
+
+def tokenize(vocab: TokenBytes, text: str | bytes) -> Tokenization:
+    """Canonical tokenization (no special tokens) with exact byte spans.
+
+    Models can emit bytes that are not valid UTF-8 (byte-fallback pieces); no tokenizer takes those as
+    text, so valid runs are tokenized as text and ill-formed bytes are spelled one byte token each.
+    """
+    raw = text.encode("utf-8") if isinstance(text, str) else text
+    ids: list[int] = []
+    spans: list[tuple[int, int]] = []
+    for start, end, valid in utf8_segments(raw):
+        if valid:
+            part = _tokenize_text(vocab, raw[start:end].decode("utf-8"))
+            ids += part.ids
+            spans += [(s + start, e + start) for s, e in part.spans]
+            continue
+        for offset in range(start, end):
+            token_id = vocab.id_of_bytes.get(raw[offset : offset + 1])
+            if token_id is not None:  # a vocabulary that cannot spell a byte skips it
+                ids.append(token_id)
+                spans.append((offset, offset + 1))
+    return Tokenization(ids, spans, len(raw))
+
+
+def _tokenize_text(vocab: TokenBytes, text: str) -> Tokenization:
     raw = text.encode("utf-8")
-    encoding = vocab.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    try:
+        encoding = vocab.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    except Exception:  # no byte fallback and no unknown token: the Rust tokenizer refuses the text
+        return _tokenize_per_character(vocab, text)
     ids = list(encoding["input_ids"])
     joined = vocab.join(ids)
     if joined == raw:
@@ -191,6 +239,22 @@ def tokenize(vocab: TokenBytes, text: str) -> Tokenization:
     index = CharIndex(text)
     spans = [(index.byte_of_char(s), index.byte_of_char(e)) for s, e in encoding["offset_mapping"]]
     return Tokenization(ids, spans, len(raw))
+
+
+def _tokenize_per_character(vocab: TokenBytes, text: str) -> Tokenization:
+    """Characters one at a time, skipping those the vocabulary cannot spell (like missing bytes)."""
+    ids, spans, pos = [], [], 0
+    for ch in text:
+        raw = ch.encode("utf-8")
+        try:
+            part = list(vocab.tokenizer(ch, add_special_tokens=False)["input_ids"])
+        except Exception:
+            part = []
+        if vocab.join(part) == raw:
+            ids += part
+            spans += vocab.spans(part, pos)
+        pos += len(raw)
+    return Tokenization(ids, spans, pos)
 
 
 @dataclass
@@ -208,11 +272,29 @@ class CharIndex:
         starts.append(pos)
         self._char_starts = starts
 
+    @classmethod
+    def of_bytes(cls, raw: bytes) -> "CharIndex":
+        """Index of bytes that may hold ill-formed UTF-8: each ill-formed piece is one U+FFFD character."""
+        index = cls(raw.decode("utf-8", errors="replace"))
+        starts = []
+        for start, end, valid in utf8_segments(raw):
+            if valid:
+                starts += [start + s for s in cls(raw[start:end].decode("utf-8"))._char_starts[:-1]]
+            else:
+                starts.append(start)
+        index._char_starts = starts + [len(raw)]
+        return index
+
     def char_of_byte(self, offset: int) -> int:
         return bisect.bisect_right(self._char_starts, offset) - 1
 
     def byte_of_char(self, offset: int) -> int:
         return self._char_starts[min(offset, len(self._char_starts) - 1)]
+
+    def char_span(self, start: int, end: int) -> tuple[int, int]:
+        """Characters a byte span touches: a token holding part of a character covers all of it."""
+        first = self.char_of_byte(start)
+        return first, self.char_of_byte(end - 1) + 1 if end > start else first
 
     def is_char_boundary(self, offset: int) -> bool:
         i = bisect.bisect_left(self._char_starts, offset)

@@ -17,8 +17,15 @@ SUMMARY_FIELDS = (
 )
 
 
+_LOADED: dict[tuple[str, LoadOptions], LoadedModel] = {}
+
+
 def load_models(specs: Sequence[str], options: LoadOptions = LoadOptions(), progress: Callable[[str], None] | None = None) -> list[LoadedModel]:
-    return [load_model(spec, options, progress) for spec in specs]
+    """Load each spec once per process; later calls (another run, another UI session) reuse it."""
+    for spec in specs:
+        if (spec, options) not in _LOADED:
+            _LOADED[(spec, options)] = load_model(spec, options, progress)
+    return [_LOADED[(spec, options)] for spec in specs]
 
 
 def warm_up(models: Sequence[LoadedModel]) -> None:

@@ -114,7 +114,7 @@ class Response:
 
     @property
     def text(self) -> str:
-        return self.raw[: complete_utf8_prefix(self.raw)].decode("utf-8", errors="replace")
+        return _text_and_index(self.raw)[0]
 
     def take_delta(self) -> str:
         text = self.text
@@ -132,9 +132,14 @@ def _key_text(key) -> str:
     return display_piece(key) if isinstance(key, bytes) else key
 
 
+def _complete(raw: bytes) -> bytes:
+    return raw[: complete_utf8_prefix(raw)]
+
+
 def _text_and_index(raw: bytes) -> tuple[str, CharIndex]:
-    text = raw[: complete_utf8_prefix(raw)].decode("utf-8", errors="replace")
-    return text, CharIndex(text)
+    """Display text (a character still being spelled at the end is held back) and its offset index."""
+    index = CharIndex.of_bytes(_complete(raw))
+    return index.text, index
 
 
 class Decoder:
@@ -304,8 +309,7 @@ class Decoder:
     def _per_token_step(self) -> Iterator[Event]:
         boundary = len(self.response.raw)
         with self.stats.timed("retokenize"):
-            text, _ = _text_and_index(self.response.raw)
-            tokenizations = [tokenize(v.lm.vocab, text) for v in self.verifiers]
+            tokenizations = [tokenize(v.lm.vocab, _complete(self.response.raw)) for v in self.verifiers]
         with self.stats.timed("verify"):
             views = [ModelView(self.drafter.lm, self.drafter.logits(self.response.ids, [len(self.response.ids)])[0])]
             for v, tok in zip(self.verifiers, tokenizations):
@@ -319,8 +323,8 @@ class Decoder:
         event = self.commit([(ids, {"decision": "ensembled", "sharpened": point.sharpening is not None})])
         # Damage marker: was the end of the text we ensembled at a real boundary for each other model?
         with self.stats.timed("retokenize"):
-            text, _ = _text_and_index(self.response.raw)
-            flagged = [v.name for v in self.verifiers if boundary not in tokenize(v.lm.vocab, text).boundaries]
+            raw = _complete(self.response.raw)
+            flagged = [v.name for v in self.verifiers if boundary not in tokenize(v.lm.vocab, raw).boundaries]
         event.tokens[0].oov_like_for = flagged
         self.drafter.forget_before(len(self.response.ids))
         yield event
@@ -334,8 +338,8 @@ class Decoder:
         spans = self.drafter.lm.vocab.spans(ids, base)
         raw = self.response.extended(ids)
         with self.stats.timed("retokenize"):
-            text, index = _text_and_index(raw)
-            tokenizations = [tokenize(v.lm.vocab, text) for v in self.verifiers]
+            _, index = _text_and_index(raw)
+            tokenizations = [tokenize(v.lm.vocab, _complete(raw)) for v in self.verifiers]
         eos = self.drafter.lm.eos_ids
         # Verifier token index at the boundary before each drafted token (None: not a boundary there).
         at = [[_own_index(tok, s, ids[j] in eos) for tok in tokenizations] for j, (s, _) in enumerate(spans)]

@@ -12,7 +12,7 @@ from typing import Sequence
 
 import torch
 
-from .alignment import EOS_KEY
+from .alignment import EOS_KEY, TokenBytes
 from .models import LoadedModel
 
 Key = bytes | str
@@ -72,18 +72,24 @@ def _logit_of(view: ModelView, key: Key, fill: bool) -> float:
         return max(view.logits[i].item() for i in lm.eos_ids) if lm.eos_ids else float("-inf")
     if isinstance(key, str):  # a special token of another model: nothing to map it to
         return float("-inf")
-    exact = lm.vocab.id_of_bytes.get(key)
+    token_id = first_subtoken(lm.vocab, key) if fill else lm.vocab.id_of_bytes.get(key)
+    return float("-inf") if token_id is None else view.logits[token_id].item()
+
+
+def first_subtoken(vocab: TokenBytes, key: bytes) -> int | None:
+    """The id whose logit UniTE's fill reads for a string: its exact token, else its first sub-token.
+
+    None when the vocabulary cannot spell the string at all.
+    """
+    exact = vocab.id_of_bytes.get(key)
     if exact is not None:
-        return view.logits[exact].item()
-    if not fill:
-        return float("-inf")
+        return exact
     try:
-        pieces = lm.vocab.encode_bytes(key)
+        pieces = vocab.encode_bytes(key)
     except ValueError:
-        return float("-inf")
+        return None
     # Like UniTE, skip a leading bare-space piece ("▁" before "James") when a real piece follows.
-    first = next((i for i in pieces if lm.vocab[i].strip() != b""), pieces[0] if pieces else None)
-    return float("-inf") if first is None else view.logits[first].item()
+    return next((i for i in pieces if vocab[i].strip() != b""), pieces[0] if pieces else None)
 
 
 def unite_union(views: Sequence[ModelView], config: EnsembleConfig) -> tuple[list[Key], torch.Tensor]:

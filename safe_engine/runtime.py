@@ -63,17 +63,18 @@ class ModelSession:
             self._memo = {t: v for t, v in self._memo.items() if t <= keep}
         missing = [t for t in starts if t not in self._memo]
         if missing:
-            self._forward(ids, min(missing), max(missing), missing)
+            # Feed from the first uncached position; remembered logits past it are recomputed with it.
+            feed_from = min(len(self.cached_ids), min(missing) - 1)
+            self._forward(ids, feed_from, sorted({t for t in starts if t in missing or t > feed_from}))
         return torch.stack([self._memo[t] for t in starts])
 
-    def _forward(self, ids: Sequence[int], first: int, last: int, wanted: Sequence[int]) -> None:
-        # Feed ids[feed_from:last]; position p's output is the distribution of ids[p + 1].
-        feed_from = min(len(self.cached_ids), first - 1)
+    def _forward(self, ids: Sequence[int], feed_from: int, wanted: Sequence[int]) -> None:
+        """Feed ids[feed_from:max(wanted)]; the output at position p is the distribution of ids[p + 1]."""
         if feed_from < len(self.cached_ids):
             crop_cache(self._cache, feed_from)
             del self.cached_ids[feed_from:]
             self._memo = {t: v for t, v in self._memo.items() if t <= feed_from}
-        chunk = list(ids[feed_from:last])
+        chunk = list(ids[feed_from : wanted[-1]])
         keep = torch.tensor([t - 1 - feed_from for t in wanted], device=self.lm.device)
         started = time.perf_counter()
         with torch.inference_mode():

@@ -1,0 +1,110 @@
+"""Byte spans, boundaries and SAFE's OOV-like test, on tokenizers built here and on the real pair."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from safe_engine.alignment import (
+    CharIndex,
+    TokenBytes,
+    complete_utf8_prefix,
+    display_piece,
+    oov_like,
+    shared_boundaries,
+    tokenize,
+)
+from tiny_models import unigram_tokenizer
+
+PAPER_PIECES = [" Inc", "orr", "ect", " Incorrect", " is", " answer", " The"]
+
+
+def pieces(vocab, tok):
+    return [display_piece(vocab[i]) for i in tok.ids]
+
+
+@pytest.fixture(scope="module")
+def drafter_vocab():
+    # No " Incorrect" piece: the drafter spells it " Inc|orr|ect".
+    return TokenBytes(unigram_tokenizer([p for p in PAPER_PIECES if p != " Incorrect"]))
+
+
+@pytest.fixture(scope="module")
+def verifier_vocab():
+    return TokenBytes(unigram_tokenizer(PAPER_PIECES))
+
+
+def test_paper_example_inc_orr_ect(drafter_vocab, verifier_vocab):
+    text = "The answer is Incorrect is"
+    draft = tokenize(drafter_vocab, text)
+    verify = tokenize(verifier_vocab, text)
+    assert pieces(drafter_vocab, draft)[-4:] == [" Inc", "orr", "ect", " is"]
+    assert pieces(verifier_vocab, verify)[-2:] == [" Incorrect", " is"]
+    flags = dict(zip(pieces(drafter_vocab, draft), oov_like(draft.spans, verify)))
+    assert flags[" Inc"] and flags["orr"] and not flags["ect"] and not flags[" is"]
+    # Ensembling is allowed at a token only if the boundary *before* it exists for the verifier.
+    starts = {pieces(drafter_vocab, draft)[j]: s in verify.boundaries for j, (s, _) in enumerate(draft.spans)}
+    assert starts[" Inc"] and not starts["orr"] and not starts["ect"]
+    # The verifier's own token at the allowed boundary is the whole word.
+    inc_start = draft.spans[pieces(drafter_vocab, draft).index(" Inc")][0]
+    assert display_piece(verifier_vocab[verify.ids[verify.token_starting_at(inc_start)]]) == " Incorrect"
+
+
+def test_byte_fallback_pieces_have_exact_byte_spans(verifier_vocab):
+    text = "The 😀 is 世界"
+    tok = tokenize(verifier_vocab, text)
+    assert b"".join(verifier_vocab[i] for i in tok.ids) == text.encode()
+    assert "<0xF0>" in pieces(verifier_vocab, tok)  # the emoji falls back to bytes
+    index = CharIndex(text)
+    # A boundary inside the emoji is not a character boundary; the ones around it are.
+    emoji_start = text.encode().index("😀".encode())
+    assert emoji_start + 1 in tok.boundaries and not index.is_char_boundary(emoji_start + 1)
+    assert index.char_of_byte(emoji_start + 4) == text.index("😀") + 1
+
+
+def test_dummy_prefix_tokenizers_align_to_the_text():
+    vocab = TokenBytes(unigram_tokenizer(PAPER_PIECES, prepend="always"))
+    tok = tokenize(vocab, "Incorrect is")
+    assert tok.spans[0] == (0, len("Incorrect")) and tok.boundaries >= {0, 9, 12}
+
+
+def test_display_piece_and_utf8_prefix():
+    assert display_piece("é".encode()[:1]) == "<0xC3>"
+    assert display_piece(b"a\xe4\xb8") == "a<0xE4><0xB8>"
+    assert complete_utf8_prefix("a世".encode()[:3]) == 1
+    assert complete_utf8_prefix("a世".encode()) == 4
+
+
+@pytest.mark.real_models
+def test_real_pair_unbelievable(gemma, smollm):
+    text = "It was unbelievable in Antananarivo"
+    g, s = tokenize(gemma.vocab, text), tokenize(smollm.vocab, text)
+    assert " unbelievable" in pieces(gemma.vocab, g)
+    assert " unbelie" in pieces(smollm.vocab, s) and "vable" in pieces(smollm.vocab, s)
+    smol_flags = dict(zip(pieces(smollm.vocab, s), oov_like(s.spans, g)))
+    gemma_flags = dict(zip(pieces(gemma.vocab, g), oov_like(g.spans, s)))
+    assert smol_flags[" unbelie"] and not smol_flags["vable"]
+    assert not gemma_flags[" unbelievable"]
+    assert text.encode().index(b" unbelievable") + len(" unbelie") not in shared_boundaries([g, s])
+
+
+@pytest.mark.real_models
+def test_real_pair_emoji_and_cjk_split_inside_characters(gemma, smollm):
+    text = "Tokyo 東京 😀!"
+    g, s = tokenize(gemma.vocab, text), tokenize(smollm.vocab, text)
+    index = CharIndex(text)
+    mid_char = [b for b in s.boundaries if not index.is_char_boundary(b)]
+    assert mid_char, "SmolLM2's byte-level BPE splits CJK/emoji inside characters"
+    assert all(flag for (_, end), flag in zip(s.spans, oov_like(s.spans, g)) if end in mid_char)
+
+
+@pytest.mark.real_models
+@settings(max_examples=60, deadline=None)
+@given(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40))
+def test_real_tokenizers_spans_cover_the_text_exactly(gemma, smollm, text):
+    for lm in (gemma, smollm):
+        tok = tokenize(lm.vocab, text)
+        joined, raw = lm.vocab.join(tok.ids), text.encode()
+        # Exact, unless the vocabulary cannot spell some byte at all (SmolLM2 lacks e.g. 0xF1).
+        assert joined == raw or len(joined) < len(raw)
+        ends = [e for _, e in tok.spans]
+        assert ends == sorted(ends) and all(0 <= s <= e <= len(raw) for s, e in tok.spans)

@@ -1,0 +1,115 @@
+"""Strategies on random-weight models built here: invariants that must hold exactly."""
+
+import json
+import threading
+
+import pytest
+
+from safe_engine.decoding import DecodeConfig, decode
+from safe_engine.ensemble import EnsembleConfig
+from safe_engine.errors import ConfigError
+from safe_engine.events import EVENT_TYPES, RunFinished, TextCommitted
+from tiny_models import char_tokenizer, tiny_model, unigram_tokenizer
+
+PROMPT = "the cat sat on"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return tiny_model(tmp_path_factory.mktemp("tiny"), char_tokenizer(), seed=1)
+
+
+@pytest.fixture(scope="module")
+def other(tmp_path_factory):
+    # Another model with a word-level vocabulary: drafts and verifications disagree on boundaries.
+    words = [" the", " cat", " sat", " on", " mat", " dog", " at", "the", "cat", "sat", "on", "ma", "t"]
+    return tiny_model(tmp_path_factory.mktemp("other"), unigram_tokenizer(words), seed=2)
+
+
+def run(models, **config):
+    return list(decode(models, PROMPT, DecodeConfig(**config)))
+
+
+def finished(events) -> RunFinished:
+    assert isinstance(events[-1], RunFinished)
+    return events[-1]
+
+
+@pytest.mark.parametrize("sharpen", ["none", "geometric"])
+@pytest.mark.parametrize("mode", ["exact", "fast"])
+def test_safe_with_identical_models_is_the_single_model(tiny, sharpen, mode):
+    # (The heuristic sharpening may legitimately prefer a prefix string, so it is not part of this identity.)
+    alone = finished(run([tiny], strategy="single", max_new_tokens=24)).text
+    ensemble = EnsembleConfig(sharpen=sharpen)
+    safe = run([tiny, tiny], strategy="safe", max_new_tokens=24, safe_mode=mode, ensemble=ensemble)
+    assert finished(safe).text == alone
+    assert finished(safe).stats["oov_skips"] == {"tiny#2": 0} or finished(safe).stats["oov_skips"]
+
+
+def test_per_token_with_two_copies_is_the_model_alone(tiny):
+    alone = finished(run([tiny], strategy="single", max_new_tokens=20)).text
+    both = finished(run([tiny, tiny], strategy="per-token", max_new_tokens=20, ensemble=EnsembleConfig(sharpen="none")))
+    assert both.text == alone and both.stats["e_t"] == 1.0
+
+
+def test_committed_text_is_the_sum_of_deltas_and_offsets_index_it(tiny, other):
+    events = run([tiny, other], strategy="safe", max_new_tokens=30)
+    text = "".join(e.delta for e in events if isinstance(e, TextCommitted))
+    assert text == finished(events).text
+    for e in events:
+        if isinstance(e, TextCommitted):
+            for token in e.tokens:
+                if token.end > token.start:
+                    assert text[token.start : token.end] == token.text
+                else:  # nothing to show in the text: the end of the response, or part of a character
+                    assert token.text == "<eos>" or token.text.startswith("<0x")
+
+
+@pytest.mark.parametrize("strategy", ["single", "per-token", "safe"])
+def test_events_round_trip_through_json(tiny, other, strategy):
+    events = run([other, tiny], strategy=strategy, max_new_tokens=16)
+    for event in events:
+        data = json.loads(event.to_json())
+        assert data["kind"] in EVENT_TYPES
+    stats = finished(events).stats
+    assert stats["tokens"] == 16 or finished(events).stop_reason == "eos"
+    decisions = [t.decision for e in events if isinstance(e, TextCommitted) for t in e.tokens]
+    assert len(decisions) == stats["tokens"]
+    if strategy == "safe":
+        assert stats["ensembled"] == decisions.count("ensembled")
+        assert sum(stats["oov_skips"].values()) >= decisions.count("skipped-oov")
+
+
+def test_stop_flag_ends_the_run_between_tokens(tiny):
+    stop = threading.Event()
+    events = []
+    for event in decode([tiny], PROMPT, DecodeConfig(strategy="single", max_new_tokens=200, lookahead=1), stop):
+        events.append(event)
+        if isinstance(event, TextCommitted) and len(events) > 4:
+            stop.set()
+    assert finished(events).stop_reason == "stopped"
+    assert finished(events).stats["tokens"] < 10
+
+
+@pytest.mark.parametrize(
+    "models, config, message",
+    [
+        (1, dict(strategy="safe"), "at least two models"),
+        (2, dict(max_new_tokens=0), "max new tokens"),
+        (2, dict(lookahead=0), "lookahead"),
+        (2, dict(drafter=5), "drafter"),
+        (2, dict(strategy="beam"), "strategy"),
+        (2, dict(ensemble=EnsembleConfig(sharpen="cubic")), "sharpening"),
+        (2, dict(ensemble=EnsembleConfig(weights=(1.0,))), "one weight per model"),
+    ],
+)
+def test_bad_configs_are_refused_with_a_reason(tiny, models, config, message):
+    with pytest.raises(ConfigError, match=message):
+        decode([tiny] * models, PROMPT, DecodeConfig(**config))
+
+
+def test_empty_prompt_and_too_long_prompt(tiny):
+    with pytest.raises(ConfigError, match="empty"):
+        decode([tiny], "  ", DecodeConfig(strategy="single"))
+    with pytest.raises(ConfigError, match="context"):
+        decode([tiny], "x" * 600, DecodeConfig(strategy="single"))
