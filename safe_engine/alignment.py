@@ -61,6 +61,7 @@ class TokenBytes:
         self.special_ids = set(tokenizer.all_special_ids)
         added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
         self.special_ids |= {i for i, tok in added.items() if getattr(tok, "special", False)}
+        self.byte_piece_ids: set[int] = set()  # SentencePiece "<0xNN>" byte-fallback pieces
         pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
         self._bytes = [self._piece_bytes(i, p) for i, p in enumerate(pieces)]
 
@@ -75,6 +76,7 @@ class TokenBytes:
         if self.kind == "sentencepiece":
             match = _BYTE_PIECE.match(piece)
             if match:
+                self.byte_piece_ids.add(token_id)
                 return bytes([int(match.group(1), 16)])
             return piece.replace("▁", " ").encode("utf-8")
         return self.tokenizer.decode([token_id]).encode("utf-8")
@@ -87,11 +89,16 @@ class TokenBytes:
 
     @cached_property
     def id_of_bytes(self) -> dict[bytes, int]:
-        """Single-token lookup; the lowest id wins when several ids spell the same bytes."""
+        """Single-token lookup. When several ids spell the same bytes, a regular piece wins over a
+        byte-fallback piece (Gemma's "<0x32>" comes before its "2"), then the lowest id: the tokenizer
+        itself would emit the regular piece, and the model is trained on that.
+        """
         table: dict[bytes, int] = {}
         for token_id, raw in enumerate(self._bytes):
-            if raw and token_id not in self.special_ids:
+            if raw and token_id not in self.special_ids and token_id not in self.byte_piece_ids:
                 table.setdefault(raw, token_id)
+        for token_id in sorted(self.byte_piece_ids):
+            table.setdefault(self._bytes[token_id], token_id)
         return table
 
     def spans(self, ids: Sequence[int], start: int = 0) -> list[tuple[int, int]]:
@@ -121,6 +128,14 @@ class TokenBytes:
         if self.join(ids) != raw:
             raise ValueError(f"{raw!r} cannot be spelled with this vocabulary")
         return ids
+
+
+_VISIBLE = str.maketrans({" ": "␣", "\n": "↵", "\t": "→", "\r": "␍"})
+
+
+def visible(piece: str) -> str:
+    """Whitespace made visible: a token that is only spaces, or starts with one, must show it."""
+    return piece.translate(_VISIBLE)
 
 
 def display_piece(raw: bytes) -> str:

@@ -170,6 +170,7 @@ class Decoder:
         self.stats = RunStats(config.strategy)
         self.stats.oov_skips = {v.name: 0 for v in self.verifiers}
         self.round = 0
+        self.started = time.perf_counter()
         self.stop_reason = "max_new_tokens"
 
     # ---------------------------------------------------------------- shared pieces
@@ -226,12 +227,13 @@ class Decoder:
             if any(i in self.drafter.lm.eos_ids for i in ids):
                 self.stop_reason = "eos"
         self.stats.tokens += len(pieces)
-        return TextCommitted(self.round, self.response.take_delta(), tokens)
+        return TextCommitted(self.round, self.response.take_delta(), tokens, time.perf_counter() - self.started)
 
-    def ensemble_at(self, position: int, views: list[ModelView], drafted: str | None) -> tuple[EnsembleResult, list[int], EnsemblePoint]:
+    def ensemble_at(self, position: int, views: list[ModelView], own: int, drafted: str | None) -> tuple[EnsembleResult, list[int], EnsemblePoint]:
+        """Ensemble where the drafter would emit `own` (its drafted token; per-token: its argmax)."""
         with self.stats.timed("ensemble"):
             result = ensemble(views, self.config.ensemble)
-            chosen, ids = self._drafter_spelling(result)
+            chosen, ids = self._drafter_spelling(result, views[0].logits, own)
         self.stats.ensembled += 1
         self.stats.sharpened += result.after is not None
         names = [p.name for p in ([self.drafter] + self.verifiers)]
@@ -251,18 +253,27 @@ class Decoder:
             position=position,
             drafted=drafted,
             chosen=_key_text(chosen),
-            changed=drafted is not None and _key_text(chosen) != drafted,
+            changed=ids != [own],
             method=self.config.ensemble.method,
             sharpening=sharpening,
             table=table,
         )
         return result, ids, point
 
-    def _drafter_spelling(self, result: EnsembleResult):
-        """The best union string the drafter can spell, and its ids for it."""
+    def _drafter_spelling(self, result: EnsembleResult, logits: torch.Tensor, own: int):
+        """The best union string the drafter can spell, and its ids for it.
+
+        A vocabulary can spell one string with several ids (Gemma has two "."): the drafter's own
+        token, then its best-scored id for the string, win over a fresh encoding.
+        """
         lm = self.drafter.lm
+        preferred = {lm.key_of(own): own}
+        for token_id in torch.topk(logits, self.config.ensemble.top_k).indices.tolist():
+            preferred.setdefault(lm.key_of(token_id), token_id)
         for i in torch.argsort(result.final, descending=True).tolist():
             key = result.keys[i]
+            if key in preferred:
+                return key, [preferred[key]]
             if key == EOS_KEY:
                 return key, [min(lm.eos_ids)]
             if isinstance(key, bytes):
@@ -275,8 +286,8 @@ class Decoder:
                 return key, [token_id]
         raise RuntimeError("no ensemble candidate can be spelled by the drafter")
 
-    def finished_event(self, started: float) -> RunFinished:
-        self.stats.wall_s = time.perf_counter() - started
+    def finished_event(self) -> RunFinished:
+        self.stats.wall_s = time.perf_counter() - self.started
         self.stats.forward = {p.name: asdict(p.session.stats) for p in self.parts}
         return RunFinished(self.response.text, self.stop_reason, self.stats.to_dict())
 
@@ -288,14 +299,14 @@ class Decoder:
 
     # ---------------------------------------------------------------- strategies
     def run(self) -> Iterator[Event]:
-        started = time.perf_counter()
+        self.started = time.perf_counter()
         yield self.started_event()
         step = {"single": self._single_round, "per-token": self._per_token_step, "safe": self._safe_round}[self.config.strategy]
         while not self.done():
             self.round += 1
             self.stats.rounds += 1
             yield from step()
-        yield self.finished_event(started)
+        yield self.finished_event()
 
     def _single_round(self) -> Iterator[Event]:
         ids, logits = self.draft(min(self.config.lookahead, self.remaining()))
@@ -316,8 +327,7 @@ class Decoder:
                 views.append(ModelView(v.lm, v.logits(tok.ids, [len(tok.ids)])[0]))
                 v.forget_before(len(tok.ids))
         own = int(torch.argmax(views[0].logits))
-        _, ids, point = self.ensemble_at(len(self.response.ids), views, None)
-        point.changed = ids != [own]
+        _, ids, point = self.ensemble_at(len(self.response.ids), views, own, None)
         self.stats.replaced += point.changed
         yield point
         event = self.commit([(ids, {"decision": "ensembled", "sharpened": point.sharpening is not None})])
@@ -384,8 +394,7 @@ class Decoder:
                 pieces.append(([token_id], {"decision": "skipped-consensus", "reason": reason}))
                 continue
             yield PositionVerified(**probe, mean_p=mean_p, decision="ensembled", reason="no consensus")
-            result, chosen_ids, point = self.ensemble_at(len(self.response.ids) + j, views, drafted)
-            point.changed = chosen_ids != [token_id]
+            result, chosen_ids, point = self.ensemble_at(len(self.response.ids) + j, views, token_id, drafted)
             yield point
             info = {"decision": "ensembled", "sharpened": result.after is not None}
             if point.changed:

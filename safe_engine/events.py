@@ -129,6 +129,7 @@ class TextCommitted(Event):
     round: int
     delta: str
     tokens: list[CommittedToken]
+    elapsed_s: float  # since the run started: lets a replayed trace draw tokens/s
 
 
 @dataclass

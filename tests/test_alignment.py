@@ -108,3 +108,19 @@ def test_real_tokenizers_spans_cover_the_text_exactly(gemma, smollm, text):
         assert joined == raw or len(joined) < len(raw)
         ends = [e for _, e in tok.spans]
         assert ends == sorted(ends) and all(0 <= s <= e <= len(raw) for s, e in tok.spans)
+
+
+@pytest.mark.real_models
+def test_regular_pieces_win_over_byte_fallback_pieces(gemma):
+    """Gemma spells "2", " " and "." both as byte pieces (<0x32>, low ids) and as regular pieces."""
+    for text in ("2", " ", "."):
+        token_id = gemma.vocab.id_of_bytes[text.encode()]
+        assert token_id not in gemma.vocab.byte_piece_ids
+        assert gemma.tokenizer(text, add_special_tokens=False)["input_ids"] == [token_id]
+    assert gemma.vocab.encode_bytes("é".encode()[:1]) == [gemma.vocab.id_of_bytes[b"\xc3"]]
+
+
+def test_byte_pieces_still_spell_bytes_nothing_else_can(verifier_vocab):
+    token_id = verifier_vocab.id_of_bytes[b"\xf0"]
+    assert token_id in verifier_vocab.byte_piece_ids
+    assert verifier_vocab.id_of_bytes[b"I"] not in verifier_vocab.byte_piece_ids
