@@ -1,4 +1,4 @@
-"""Command line: ``python -m safe_engine generate|compare ...``. Bad input: one line on stderr, exit 2."""
+"""Command line: ``python -m safe_engine generate|compare|bench|tokdiff ...``. Bad input: one line on stderr, exit 2."""
 
 from __future__ import annotations
 
@@ -8,12 +8,16 @@ import json
 import sys
 from typing import Sequence
 
+from tqdm import tqdm
+
+from .bench import DEFAULT_STRATEGIES, STYLES, Bench, builtin_tasks, load_task, strategy_labels
 from .compare import load_models, ratios, run_comparison, summarize, warm_up
 from .decoding import SAFE_MODES, STRATEGIES, DecodeConfig, decode
 from .ensemble import METHODS, SHARPENING, EnsembleConfig
 from .errors import SafeEngineError
 from .events import TextCommitted, write_jsonl
 from .models import DEFAULT_MODELS, LoadOptions, resolve_spec
+from .tokdiff import corpus_scan, load_vocabs, pair_view, visible, word_agreement
 
 
 class UsageError(SafeEngineError):
@@ -25,8 +29,9 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _decoding_options(parser: argparse.ArgumentParser, with_strategy: bool) -> None:
-    parser.add_argument("--prompt", required=True, help="the user prompt")
+def _decoding_options(parser: argparse.ArgumentParser, with_strategy: bool, one_prompt: bool = True) -> None:
+    if one_prompt:
+        parser.add_argument("--prompt", required=True, help="the user prompt")
     parser.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS), metavar="SPEC",
                         help="embedded:NAME, a local folder, a .gguf file or a hub id (default: the embedded pair)")
     parser.add_argument("--drafter", metavar="SPEC", help="which of --models drafts (default: the first)")
@@ -45,7 +50,8 @@ def _decoding_options(parser: argparse.ArgumentParser, with_strategy: bool) -> N
     parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16"])
     parser.add_argument("--trust-remote-code", action="store_true", help="allow model code from the model folder")
     parser.add_argument("--no-chat-template", action="store_true", help="plain-text prompts for every model")
-    parser.add_argument("--json", action="store_true", help="print one JSON result on stdout")
+    if one_prompt:
+        parser.add_argument("--json", action="store_true", help="print one JSON result on stdout")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,12 +62,31 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--trace", metavar="FILE.jsonl", help="write every event as a JSON line")
     cmp_ = sub.add_parser("compare", help="each single model, per-token and SAFE on one prompt")
     _decoding_options(cmp_, with_strategy=False)
+    cmp_.add_argument("--trace", metavar="FILE.jsonl", help="write every run's events, one after the other")
+    bench = sub.add_parser("bench", help="accuracy, E/T and speed of each strategy on task files")
+    bench.add_argument("--tasks", nargs="+", required=True, metavar="FILE|NAME",
+                       help=f"JSONL task files or shipped sets: {', '.join(builtin_tasks())}")
+    bench.add_argument("--strategies", default=",".join(DEFAULT_STRATEGIES),
+                       help="comma-separated: single (the drafter alone), singles, single:NAME, per-token, safe")
+    bench.add_argument("--style", choices=STYLES, default="direct",
+                       help="direct: answer only, its first line is scored; cot: step-by-step reasoning")
+    bench.add_argument("--limit", type=int, metavar="N", help="only the first N examples of each task")
+    bench.add_argument("--out", default="out/bench", metavar="DIR",
+                       help="writes results.jsonl, summary.csv, report.html; rerunning resumes")
+    _decoding_options(bench, with_strategy=False, one_prompt=False)
+    tok = sub.add_parser("tokdiff", help="where the models' tokenizers disagree on a text (no weights loaded)")
+    source = tok.add_mutually_exclusive_group(required=True)
+    source.add_argument("--text", help="the text to compare")
+    source.add_argument("--file", metavar="PATH", help="a UTF-8 text file to compare")
+    tok.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS), metavar="SPEC",
+                     help="two or more specs (default: the embedded pair)")
+    tok.add_argument("--json", action="store_true", help="print one JSON result on stdout")
     return parser
 
 
 def _config(args, strategy: str) -> DecodeConfig:
     """Check everything that needs no model, so bad input fails before minutes of loading."""
-    if not args.prompt.strip():
+    if "prompt" in args and not args.prompt.strip():
         raise UsageError("the prompt is empty")
     specs = list(args.models)
     for spec in specs:
@@ -126,8 +151,12 @@ def _compare(args) -> int:
     models = _load(args)
     warm_up(models)
     runs: dict[str, list] = {}
-    for label, event in run_comparison(models, args.prompt, config):
-        runs.setdefault(label, []).append(event)
+    with contextlib.ExitStack() as stack:
+        trace = stack.enter_context(open(args.trace, "w", encoding="utf-8")) if args.trace else None
+        for label, event in run_comparison(models, args.prompt, config):
+            runs.setdefault(label, []).append(event)
+            if trace:
+                trace.write(event.to_json() + "\n")
     summaries = [summarize(events, label) for label, events in runs.items()]
     drafter = summaries[-1]["drafter"]
     ratio = ratios(summaries, drafter)
@@ -140,10 +169,67 @@ def _compare(args) -> int:
     return 0
 
 
+def _bench(args) -> int:
+    from .bench.report import write_report  # pandas and Plotly load only for this command
+
+    if args.limit is not None and args.limit < 1:
+        raise UsageError("--limit must be at least 1")
+    requested = [name.strip() for name in args.strategies.split(",") if name.strip()]
+    config = _config(args, "safe" if {"per-token", "safe"} & set(requested) else "single")
+    labels = strategy_labels(requested, [resolve_spec(spec).short_name for spec in args.models], config.drafter)
+    tasks = [load_task(name, args.limit) for name in args.tasks]
+    names = [task[0].task for task in tasks]
+    if len(set(names)) < len(names):
+        raise UsageError(f"two task files share a name: {', '.join(names)}")
+    bench = Bench(_load(args), [e for task in tasks for e in task], config, labels, args.out, args.style)
+    if bench.done:
+        _progress(f"resuming {args.out}: {bench.done} of {bench.total} runs already done")
+    try:
+        with tqdm(total=bench.total, initial=bench.done, unit="run", file=sys.stderr, desc="bench") as bar:
+            for record in bench.run():
+                bar.set_postfix_str(f"{record['task']}/{record['id']} {record['strategy']}", refresh=False)
+                bar.update()
+    finally:
+        summary = write_report(args.out) if bench.done else None
+    print(summary.to_string(index=False, float_format="{:.3f}".format))
+    _progress(f"wrote results.jsonl, summary.csv and report.html in {args.out}")
+    return 0
+
+
+def _tokdiff(args) -> int:
+    text = args.text
+    if args.file:
+        try:
+            with open(args.file, encoding="utf-8") as handle:
+                text = handle.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"cannot read {args.file}: {exc}") from exc
+    if not text:
+        raise UsageError("the text is empty")
+    vocabs = load_vocabs(args.models, progress=_progress)
+    view = pair_view(text, vocabs)
+    scan, agreement = corpus_scan(view), word_agreement(vocabs)
+    if args.json:
+        result = view.to_dict() | {"agreement": agreement.rate, "oov_rate": scan.oov_rate}
+        print(json.dumps(result | {"breaks": [vars(row) for row in scan.spans]}, ensure_ascii=False))
+        return 0
+    for name, tokens in view.tokens.items():
+        print(f"== {name}: {len(tokens)} tokens\n" + "|".join(visible(t.text) for t in tokens))
+    counts = view.counts()
+    print(f"\nshared boundaries: {counts['shared_boundaries']} ({counts['shared_ratio']:.1%} of all boundaries)")
+    for key, tokens in view.oov_like.items():
+        examples = " ".join(visible(t.text) for t in tokens[:20])
+        print(f"OOV-like {key}: {len(tokens)} ({scan.oov_rate[key]:.1%})  {examples}")
+    for row in scan.spans[:10]:
+        print(f"breaks {row.breaks}/{row.count}  {row.span!r}: " + "  vs  ".join(row.pieces.values()))
+    print(f"word-list agreement: {agreement.rate:.1%} of {agreement.words} common English words split identically")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
-        return {"generate": _generate, "compare": _compare}[args.command](args)
+        return {"generate": _generate, "compare": _compare, "bench": _bench, "tokdiff": _tokdiff}[args.command](args)
     except SafeEngineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
