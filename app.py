@@ -1,0 +1,77 @@
+"""SAFE Ensemble Studio, the web app: ``python app.py [--host 127.0.0.1] [--port 7860] [--models SPEC ...] [--share]``.
+
+Models load on the first run, once per process, and are shared by every browser tab; everything a tab
+shows lives in that tab's session state. The UI only consumes the engine's events.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Sequence
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # read when gradio is imported; this machine may be offline
+
+import gradio as gr  # noqa: E402
+
+from components.compare_tab import CompareTab  # noqa: E402
+from components.live_tab import LiveTab  # noqa: E402
+from components.pool import ModelPool  # noqa: E402
+from components.replay_tab import ReplayTab  # noqa: E402
+from components.stops import Stops  # noqa: E402
+from components.tokenizers_tab import TokenizersTab  # noqa: E402
+from safe_engine.errors import SafeEngineError  # noqa: E402
+from safe_engine.models import DEFAULT_MODELS, resolve_spec  # noqa: E402
+
+ASSETS = Path(__file__).resolve().parent / "assets"
+
+INTRO = """# SAFE Ensemble Studio
+Two small models with **different tokenizers** answer together, token by token. SAFE lets the
+strongest model draft, and ensembles only where it is both *safe* (every model has a token boundary
+there) and *needed* (the models disagree). Watch it live, compare it with naive per-token ensembling,
+or replay a recorded run while the models load."""
+
+
+def build_demo(specs: Sequence[str] = DEFAULT_MODELS, pool: ModelPool | None = None) -> gr.Blocks:
+    examples = json.loads((ASSETS / "examples.json").read_text(encoding="utf-8"))
+    pool, stops = pool or ModelPool(), Stops()
+    with gr.Blocks(title="SAFE Ensemble Studio", analytics_enabled=False) as demo:
+        gr.Markdown(INTRO)
+        with gr.Tabs():
+            live = LiveTab(pool, stops, list(specs), examples)
+            CompareTab(pool, stops, live.form, examples)
+            ReplayTab(sorted((ASSETS / "traces").glob("*.jsonl")))
+            TokenizersTab(live.models, examples)
+    return demo
+
+
+def launch(demo: gr.Blocks, host: str = "127.0.0.1", port: int = 7860, share: bool = False, **kwargs):
+    # theme/css moved from Blocks() to launch() in Gradio 6; the default theme needs no web fonts.
+    return demo.queue(max_size=64).launch(
+        server_name=host, server_port=port, share=share, css_paths=[ASSETS / "style.css"], ssr_mode=False, **kwargs
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python app.py", description="SAFE Ensemble Studio web app")
+    parser.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: loopback only)")
+    parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", 7860)))
+    parser.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS), metavar="SPEC",
+                        help="default models of the form (embedded:NAME, a folder, a .gguf file or a hub id)")
+    parser.add_argument("--share", action="store_true", help="also open a public Gradio share link")
+    args = parser.parse_args(argv)
+    try:
+        for spec in args.models:
+            resolve_spec(spec)
+    except SafeEngineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    launch(build_demo(args.models), args.host, args.port, args.share)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""UI pieces of SAFE Ensemble Studio. They only consume engine events (as dicts, the JSONL form)."""

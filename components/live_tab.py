@@ -1,0 +1,88 @@
+"""The "Ensemble live" tab: the run form, Run/Stop, and one run streamed into a RunPanel."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from safe_engine.decoding import SAFE_MODES, decode
+from safe_engine.ensemble import METHODS, SHARPENING
+from safe_engine.errors import SafeEngineError
+
+from . import settings
+from .panel import RunPanel
+from .pool import ModelPool
+from .runner import ChartClock, prepare, problem, stopper, user_message
+from .stops import Stops
+from .transcript import status_html
+from .view import RunView, save_trace
+
+READY = "Pick an example or type a prompt, then press Run. Hover a token for what happened to it; click it to pin the details."
+
+
+class LiveTab:
+    def __init__(self, pool: ModelPool, stops: Stops, specs: list[str], examples: list[dict]):
+        self.pool, self.stops = pool, stops
+        with gr.Tab("Ensemble live", id="live"):
+            with gr.Row():
+                with gr.Column(scale=1, min_width=300):
+                    self.prompt = gr.Textbox(label="Prompt", lines=3, max_lines=12, elem_id="prompt")
+                    gr.Examples([[e["prompt"]] for e in examples], [self.prompt], example_labels=[e["label"] for e in examples])
+                    with gr.Row():
+                        run = gr.Button("Run", variant="primary", elem_id="run")
+                        stop = gr.Button("Stop", variant="stop", elem_id="stop")
+                    models = gr.Textbox("\n".join(specs), label="Models (one spec per line)", lines=2, elem_id="models",
+                                        info="embedded:NAME, a local folder, a .gguf file or a hub id")
+                    drafter = gr.Dropdown(specs, value=specs[0], label="Drafter", allow_custom_value=True, elem_id="drafter")
+                    strategy = gr.Radio(["safe", "per-token", "single"], value="safe", label="Strategy", elem_id="strategy")
+                    max_new = gr.Number(48, label=f"Max new tokens (1–{settings.MAX_NEW_TOKENS})", precision=0, elem_id="max-new")
+                    lookahead = gr.Slider(1, 16, 5, step=1, label="Lookahead n (tokens drafted per round)")
+                    top_k = gr.Slider(1, 50, 10, step=1, label="Top-k per model in the union")
+                    sharpen = gr.Radio(list(SHARPENING), value="heuristic", label="Sharpening (when the ensemble's max p < 0.5)")
+                    sharpen_lambda = gr.Slider(0.01, 0.99, 0.1, step=0.01, label="Heuristic λ")
+                    with gr.Accordion("More options", open=False):
+                        method = gr.Radio(list(METHODS), value="unite", label="Ensemble method")
+                        safe_mode = gr.Radio(list(SAFE_MODES), value="fast", label="SAFE mode",
+                                             info="exact: one ensemble per round (the paper); fast: keeps a draft the ensemble confirmed")
+                    self.download = gr.DownloadButton("Download trace (JSONL)", interactive=False, elem_id="live-download")
+                with gr.Column(scale=3):
+                    self.status = gr.HTML(status_html(READY), elem_id="live-status")
+                    self.panel = RunPanel("live")
+        # Every input after the prompt, in the order settings.build takes them (the Compare tab reuses them).
+        self.form = [models, drafter, strategy, max_new, lookahead, top_k, sharpen, sharpen_lambda, method, safe_mode]
+        self.models = models
+        models.change(lambda text: gr.Dropdown(choices=settings.parse_specs(text)), [models], [drafter], api_visibility="private")
+        run.click(self.run, [self.prompt, *self.form], [self.status, self.download, *self.panel.outputs],
+                  concurrency_id="models", concurrency_limit=1, api_name="generate")
+        stop.click(stopper(stops), None, None, queue=False, api_name="stop")
+
+    def run(self, request: gr.Request, prompt: str, *form):
+        prepared = yield from prepare(self.pool, self.stops, self.status, request.session_hash, prompt, form, "start the run")
+        if prepared is None:
+            return
+        config, models, flag = prepared
+        try:
+            events = decode(models, prompt, config, flag)
+        except SafeEngineError as exc:  # e.g. the prompt does not fit a model's context
+            self.stops.disarm(request.session_hash, flag)
+            yield problem(self.status, exc, "start the run")
+            return
+        view, clock = RunView(), ChartClock()
+        yield {self.status: status_html(f"Running {config.strategy} on {', '.join(m.name for m in models)}…", "busy"),
+               self.download: gr.DownloadButton(interactive=False)} | self.panel.fresh(view)
+        try:
+            for event in events:
+                view.add(event.to_dict())
+                if event.kind == "text_committed":
+                    yield self.panel.show(view, with_charts=clock.due())
+            outcome = status_html(_finished(view))
+        except Exception as exc:  # keep what was shown; say what happened
+            outcome = status_html(f"The run broke off: {user_message(exc)}. The transcript so far is kept.", "error")
+        finally:
+            self.stops.disarm(request.session_hash, flag)
+        yield {self.status: outcome, self.download: gr.DownloadButton(value=save_trace(view.events, f"{view.label}-trace"), interactive=True)} | self.panel.show(view)
+
+
+def _finished(view: RunView) -> str:
+    m = view.metrics()
+    reason = {"eos": "the model ended its answer", "max_new_tokens": "max new tokens reached", "stopped": "stopped"}.get(m["stop_reason"], m["stop_reason"])
+    return f"Done ({reason}): {m['tokens']} tokens, E/T {m['e_t']:.1%}, {m['tokens_per_s'] or 0:.1f} tokens/s. Click a token for its details."

@@ -1,0 +1,67 @@
+"""The view of one run (metrics, legend, transcript, pinned details, four charts), shared by the Live and
+Replay tabs so a recorded trace looks exactly like the run that produced it."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from . import charts
+from .transcript import details_html, legend_html, metrics_html, transcript_html
+from .view import RunView
+
+# Clicking a token (or Enter/Space on a focused one) pins it: a custom `pin` event handled in Python.
+PIN_JS = """
+const pin = (t) => {
+  element.querySelectorAll('.tok.pinned').forEach((x) => x.classList.remove('pinned'));
+  t.classList.add('pinned');
+  trigger('pin', {idx: Number(t.dataset.i)});
+};
+element.addEventListener('click', (e) => { const t = e.target.closest('.tok[data-i]'); if (t) pin(t); });
+element.addEventListener('keydown', (e) => {
+  const t = e.target.closest('.tok[data-i]');
+  if (t && (e.key === 'Enter' || e.key === ' ')) { e.preventDefault(); pin(t); }
+});
+"""
+
+
+class RunPanel:
+    def __init__(self, name: str, view: RunView | None = None):
+        view = view or RunView()
+        self.view = gr.State(view)
+        self.metrics = gr.HTML(metrics_html(view), elem_id=f"{name}-metrics")
+        gr.HTML(legend_html(), elem_id=f"{name}-legend")
+        self.transcript = gr.HTML(
+            transcript_html(view), html_template='<div class="transcript">${value}</div>', js_on_load=PIN_JS,
+            elem_id=f"{name}-transcript", autoscroll=True,
+        )
+        self.details = gr.HTML(details_html(view, None), elem_id=f"{name}-details")
+        with gr.Row():
+            self.timeline = gr.Plot(charts.timeline(view), show_label=False, elem_id=f"{name}-timeline")
+            self.progress = gr.Plot(charts.progress(view), show_label=False, elem_id=f"{name}-progress")
+        with gr.Row():
+            self.union = gr.Plot(charts.union(view), show_label=False, elem_id=f"{name}-union")
+            self.split = gr.Plot(charts.time_split(view), show_label=False, elem_id=f"{name}-split")
+        self.transcript.pin(self._pin, [self.view], [self.details, self.union], api_visibility="private")
+
+    @property
+    def outputs(self) -> list:
+        return [self.view, self.metrics, self.transcript, self.details, self.timeline, self.progress, self.union, self.split]
+
+    def show(self, view: RunView, with_charts: bool = True) -> dict:
+        """Outputs for `view`; charts only when `with_charts` (they are costly to remount in the browser)."""
+        out = {self.view: view, self.metrics: metrics_html(view), self.transcript: transcript_html(view)}
+        if with_charts:
+            out |= {self.timeline: charts.timeline(view), self.progress: charts.progress(view),
+                    self.union: charts.union(view, view.pinned_point()), self.split: charts.time_split(view)}
+        return out
+
+    def fresh(self, view: RunView) -> dict:
+        """A new run (or trace) replaces the old one, pinned details included."""
+        return self.show(view) | {self.details: details_html(view, view.pinned)}
+
+    @staticmethod
+    def _pin(view: RunView, evt: gr.EventData):
+        """The run's own view object remembers the pin, so a live run keeps charting the pinned point."""
+        view.pinned = int(evt.idx)
+        point = view.pinned_point()
+        return details_html(view, view.pinned), gr.skip() if point is None else charts.union(view, point)

@@ -1,0 +1,187 @@
+"""Run view → HTML: the coloured transcript, its legend, the pinned-token details, metrics, status lines.
+
+Every piece of model output or user input is escaped here (`esc`), never in templates. Transcript HTML
+only grows by appending spans, which Gradio streams as "append" diffs.
+"""
+
+from __future__ import annotations
+
+from .text import esc, glyphs, quoted
+from .view import RunView, TokenView
+
+LEGEND = (
+    ("acc", "single model", "drafted and committed; nothing checks it"),
+    ("cons", "kept: unanimity", "every verifier's top token is its own token here"),
+    ("cons mean", "kept: mean p > 0.5", "dotted underline"),
+    ("oov", "not ensembled: OOV-like", "dashed outline; a verifier has no token boundary here"),
+    ("ens", "ensembled, draft kept", "solid underline"),
+    ("ens repl", "ensembled, replaced", "the struck-out draft precedes the ensemble's choice"),
+    ("ens sharp", "ensemble sharpened", "double underline"),
+    ("ens damage", "per-token damage", "dashed outline: OOV-like for another model after this commit"),
+)
+
+
+def token_classes(t: TokenView) -> str:
+    names = {"accepted": ["acc"], "skipped-consensus": ["cons"], "skipped-oov": ["oov"], "ensembled": ["ens"]}[t.decision]
+    if t.reason == "mean>0.5":
+        names.append("mean")
+    if t.changed:
+        names.append("repl")
+    if t.sharpened:
+        names.append("sharp")
+    if t.oov_like_for and t.decision != "skipped-oov":
+        names.append("damage")
+    if t.special:
+        names.append("special")
+    return " ".join(names)
+
+
+def why(t: TokenView, view: RunView) -> str:
+    """What happened at this token and why, in one plain sentence."""
+    mean = (t.verify or {}).get("mean_p")
+    if t.decision == "accepted":
+        text = "committed as drafted: one model decodes alone and nothing checks it"
+    elif t.decision == "skipped-oov":
+        text = f"not ensembled: OOV-like for {', '.join(t.oov_like_for)} (its tokenization has no boundary before this token)"
+    elif t.decision == "skipped-consensus":
+        text = "kept: every verifier's top token is its own token here (unanimity)" if t.reason == "unanimity" else f"kept: mean p {mean:.2f} > 0.5"
+    elif view.strategy == "per-token":
+        text = "ensembled: per-token ensembling runs every model at every step"
+    else:
+        text = f"ensembled: no consensus (mean p {mean:.2f} ≤ 0.5 and the top tokens differ)" if mean is not None else "ensembled"
+    if t.decision == "ensembled" and t.point is not None:
+        point = view.points[t.point]
+        if t.drafted is not None:
+            text += f"; the ensemble chose {quoted(point['chosen'])} over the draft {quoted(t.drafted)}"
+        elif t.changed:
+            text += f"; the ensemble overruled the drafter's own choice with {quoted(point['chosen'])}"
+        else:
+            text += "; the ensemble kept the drafter's token"
+        if point["sharpening"]:
+            text += f"; sharpened ({point['sharpening']}) because the ensemble was too flat (max p < 0.5)"
+    if t.oov_like_for and t.decision != "skipped-oov":
+        text += f"; OOV-like for {', '.join(t.oov_like_for)}: its tokenizer would not split the text here"
+    return text
+
+
+def _tip(t: TokenView, view: RunView) -> str:
+    lines = [f"#{t.index} {quoted(t.text)} · round {t.round}", why(t, view)]
+    if t.draft:
+        lines.append(f"drafter p {t.draft['p']:.3f}")
+    for v in (t.verify or {}).get("verifiers", []):
+        lines.append(f"{v['model']}: " + ("OOV-like" if v["oov_like"] else f"own {quoted(v['token'])} p {v['p']:.3f}, top {quoted(v['argmax'])}"))
+    lines.append("click or Enter to pin")
+    return "\n".join(lines)
+
+
+def _pill_text(text: str) -> str:
+    """Spaces stay spaces inside the pill; a token of only spaces, newlines and tabs get glyphs."""
+    if text and not text.strip(" "):
+        return f'<span class="ws">{"␣" * len(text)}</span>'
+    return esc(text).replace("\t", '<span class="ws">→</span>\t').replace("\n", '<span class="ws">↵</span>\n')
+
+
+def token_html(t: TokenView, view: RunView, pinnable: bool = True) -> str:
+    was = f'<del class="was">{esc(glyphs(t.drafted))}</del>' if t.drafted is not None else ""  # glyphs: no line breaks
+    attrs = f' tabindex="0" data-i="{t.index}"' if pinnable else ' tabindex="0"'
+    return f'<span class="tok {token_classes(t)}"{attrs} data-tip="{esc(_tip(t, view))}">{was}{_pill_text(t.text)}</span>'
+
+
+def transcript_html(view: RunView, pinnable: bool = True) -> str:
+    return "".join(token_html(t, view, pinnable) for t in view.tokens)
+
+
+def legend_html() -> str:
+    items = "".join(
+        f'<span class="legend-item" title="{esc(note)}"><span class="tok {cls}">{esc(label)}</span></span>' for cls, label, note in LEGEND
+    )
+    return f'<div class="legend" role="list">{items}</div>'
+
+
+def _fmt(value, spec: str, unit: str = "") -> str:
+    return "—" if value is None else f"{value:{spec}}{unit}"
+
+
+def metrics_html(view: RunView) -> str:
+    if not view.started:
+        return '<div class="metrics empty">No run yet.</div>'
+    m = view.metrics()
+    cards = [
+        ("tokens", str(m["tokens"])),
+        ("E/T", f"{m['e_t']:.1%}"),
+        ("OOV-like skips", str(m["oov_skips"])),
+        ("consensus skips", str(m["consensus_skips"])),
+        ("tokens/s", _fmt(m["tokens_per_s"], ".1f")),
+        ("wall time", _fmt(m["wall_s"], ".1f", " s")),
+    ]
+    state = f"finished: {m['stop_reason']}" if m["stop_reason"] else "running…"
+    prompts = "".join(f"<dt>{esc(name)}</dt><dd><pre>{esc(text)}</pre></dd>" for name, text in view.started["prompts"].items())
+    roles = ", ".join(f"{esc(x['name'])} ({x['role']})" for x in view.started["models"])
+    return (
+        '<div class="metrics">'
+        + "".join(f'<div class="metric"><span class="value">{esc(v)}</span><span class="name">{esc(k)}</span></div>' for k, v in cards)
+        + f'<div class="run-info"><b>{esc(view.label)}</b> · {roles} · {esc(state)}'
+        + f"<details><summary>prompt as each model sees it</summary><dl>{prompts}</dl></details></div></div>"
+    )
+
+
+def _table(head: list[str], rows: list[list[str]]) -> str:
+    th = "".join(f"<th>{h}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def details_html(view: RunView, index: int | None) -> str:
+    """Everything the events say about one committed token (the click-to-pin panel)."""
+    if index is None or not 0 <= index < len(view.tokens):
+        return '<div class="details empty">Click a token (or focus it and press Enter) to pin its details here.</div>'
+    t = view.tokens[index]
+    parts = [
+        f'<div class="details"><div class="head">{token_html(t, view, pinnable=False)} token #{t.index} · round {t.round} · <b>{esc(t.decision)}</b></div>',
+        f'<p class="why">{esc(why(t, view))}.</p>',
+    ]
+    if t.draft:
+        rows = [[esc(quoted(c["text"])) + (" ◀ drafted" if c["text"] == t.draft["text"] else ""), f"{c['p']:.3f}"] for c in t.draft["top_k"]]
+        parts.append(f"<h4>drafter {esc(view.started['drafter'])}: top-{len(rows)}</h4>" + _table(["token", "p"], rows))
+    if t.verify:
+        rows = [
+            [esc(v["model"]), "OOV-like" if v["oov_like"] else "yes", esc(quoted(v["token"])), _fmt(v["p"], ".3f"), esc(quoted(v["argmax"])), {True: "yes", False: "no", None: "—"}[v["agrees"]]]
+            for v in t.verify["verifiers"]
+        ]
+        parts.append("<h4>verifiers at the boundary before it</h4>" + _table(["model", "boundary", "own token", "p", "top token", "agrees"], rows))
+        parts.append(f"<p>mean p: {_fmt(t.verify['mean_p'], '.3f')} · decision: {esc(t.verify['decision'])} ({esc(t.verify['reason'] or '')})</p>")
+    if t.point is not None:
+        point = view.points[t.point]
+        names = list(point["table"][0]["per_model"]) if point["table"] else []
+        rows = [
+            [esc(quoted(r["text"]))] + [f"{r['per_model'][n]:.3f}" for n in names] + [f"{r['before']:.3f}", _fmt(r["after"], ".3f")]
+            for r in point["table"][:8]
+        ]
+        parts.append(
+            f"<h4>ensemble ({esc(point['method'])}): chose {esc(quoted(point['chosen']))}, sharpening {esc(point['sharpening'] or 'not needed')}</h4>"
+            + _table(["union token"] + [esc(n) for n in names] + ["ensemble", "sharpened"], rows)
+        )
+    return "".join(parts) + "</div>"
+
+
+def run_card_html(view: RunView) -> str:
+    """One strategy's transcript with its key numbers (a column of the Compare tab)."""
+    m = view.metrics()
+    numbers = f"{m['tokens']} tokens · E/T {m['e_t']:.0%} · OOV-like skips {m['oov_skips']} · {_fmt(m['wall_s'], '.1f', ' s')}"
+    if view.strategy == "per-token":
+        numbers += f" · <b>OOV-like damage {m['damaged']}</b>"
+    return (
+        f'<div class="card"><div class="card-head"><b>{esc(view.label)}</b><span>{numbers}</span></div>'
+        f'<div class="transcript">{transcript_html(view, pinnable=False)}</div></div>'
+    )
+
+
+def compare_html(views: list[RunView]) -> str:
+    if not views:
+        return '<div class="cmp-grid empty">Press Compare to run every strategy on the prompt.</div>'
+    return '<div class="cmp-grid">' + "".join(run_card_html(v) for v in views) + "</div>"
+
+
+def status_html(message: str, level: str = "info") -> str:
+    """One line above the transcript: info, busy, warn (bad input) or error."""
+    return f'<div class="status {level}" role="status">{esc(message)}</div>'

@@ -1,0 +1,181 @@
+"""Folds one run's events into what the UI draws, so a live run and a replayed trace render the same way.
+
+Events are dicts (``Event.to_dict()`` or one JSONL line). The engine numbers positions in drafter ids and
+one committed token can span several ids (an ensembled string the drafter spells in pieces), so the
+draft / verify / ensemble details of a round are matched to its committed tokens by id offset.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from safe_engine.errors import SafeEngineError
+from safe_engine.events import EVENT_TYPES
+
+
+class TraceError(SafeEngineError):
+    """A trace file that is not a JSONL list of engine events."""
+
+
+@dataclass
+class TokenView:
+    index: int
+    round: int
+    text: str
+    special: bool  # takes no characters of the response text (an end marker)
+    decision: str
+    drafted: str | None  # the drafted token an ensemble replaced
+    reason: str | None
+    sharpened: bool
+    oov_like_for: list[str]
+    changed: bool  # the ensemble picked something else than the drafter would have
+    draft: dict | None = None  # the DraftToken it was drafted as (p, top_k)
+    verify: dict | None = None  # its PositionVerified event
+    point: int | None = None  # index of its EnsemblePoint in RunView.points
+
+
+@dataclass
+class RunView:
+    events: list[dict] = field(default_factory=list)
+    tokens: list[TokenView] = field(default_factory=list)
+    points: list[dict] = field(default_factory=list)
+    commits: list[dict] = field(default_factory=list)  # tokens, ensembled, elapsed (s since the run started) after each commit
+    started: dict | None = None
+    finished: dict | None = None
+    pinned: int | None = None  # the token whose details the page shows (set by a click)
+    _pending: dict[int, dict] = field(default_factory=dict)  # id position → details of the round being decided
+    _ids: int = 0  # drafter ids committed so far
+
+    @classmethod
+    def of(cls, events: list[dict]) -> "RunView":
+        view = cls()
+        for event in events:
+            view.add(event)
+        return view
+
+    def add(self, event: dict) -> None:
+        self.events.append(event)
+        kind = event["kind"]
+        if kind == "run_started":
+            self.started = event
+        elif kind == "tokens_drafted":
+            for j, token in enumerate(event["tokens"]):
+                self._pending.setdefault(self._ids + j, {})["draft"] = token
+        elif kind == "position_verified":
+            self._pending.setdefault(event["position"], {})["verify"] = event
+        elif kind == "ensemble_point":
+            self.points.append(event)
+            self._pending.setdefault(event["position"], {})["point"] = len(self.points) - 1
+        elif kind == "text_committed":
+            self._commit(event)
+        elif kind == "run_finished":
+            self.finished = event
+
+    def _commit(self, event: dict) -> None:
+        for token in event["tokens"]:
+            info = self._pending.get(self._ids, {})
+            point = info.get("point")
+            self.tokens.append(
+                TokenView(
+                    index=len(self.tokens),
+                    round=event["round"],
+                    text=token["text"],
+                    special=token["start"] == token["end"],
+                    decision=token["decision"],
+                    drafted=token["drafted"],
+                    reason=token["reason"],
+                    sharpened=token["sharpened"],
+                    oov_like_for=token["oov_like_for"],
+                    changed=point is not None and self.points[point]["changed"],
+                    draft=info.get("draft"),
+                    verify=info.get("verify"),
+                    point=point,
+                )
+            )
+            self._ids += len(token["ids"])
+        self._pending.clear()
+        self.commits.append({"tokens": len(self.tokens), "ensembled": len(self.points), "elapsed": event.get("elapsed_s")})
+
+    # ------------------------------------------------------------------ what the page shows
+    @property
+    def strategy(self) -> str:
+        return self.started["strategy"] if self.started else ""
+
+    @property
+    def label(self) -> str:
+        """The engine's comparison labels: ``single:<model>``, ``per-token``, ``safe``."""
+        if not self.started:
+            return ""
+        return f"single:{self.started['drafter']}" if self.strategy == "single" else self.strategy
+
+    @property
+    def models(self) -> list[str]:
+        return [m["name"] for m in self.started["models"]] if self.started else []
+
+    def pinned_point(self) -> int | None:
+        """The pinned token's ensemble point, if it has one; charts fall back to the latest point."""
+        if self.pinned is None or not 0 <= self.pinned < len(self.tokens):
+            return None
+        return self.tokens[self.pinned].point
+
+    def metrics(self) -> dict:
+        """Counted from the events, so a run cut short (Stop, a partial trace) still adds up."""
+        tokens = len(self.tokens)
+        if self.finished:
+            wall = self.finished["stats"]["wall_s"]
+        else:
+            wall = next((c["elapsed"] for c in reversed(self.commits) if c["elapsed"] is not None), None)
+        return {
+            "tokens": tokens,
+            "ensembled": len(self.points),
+            "e_t": len(self.points) / tokens if tokens else 0.0,
+            "replaced": sum(t.changed for t in self.tokens),
+            "oov_skips": sum(len(t.oov_like_for) for t in self.tokens if t.decision == "skipped-oov"),
+            "consensus_skips": sum(t.decision == "skipped-consensus" for t in self.tokens),
+            "damaged": sum(bool(t.oov_like_for) and t.decision != "skipped-oov" for t in self.tokens),  # per-token commits
+            "sharpened": sum(p["sharpening"] is not None for p in self.points),
+            "wall_s": wall,
+            "tokens_per_s": tokens / wall if wall else None,
+            "stop_reason": self.finished["stop_reason"] if self.finished else None,
+        }
+
+
+def split_runs(events: list[dict]) -> list[list[dict]]:
+    """A trace may hold several runs (a comparison); each starts with its run_started event."""
+    runs: list[list[dict]] = []
+    for event in events:
+        if event["kind"] == "run_started" or not runs:
+            runs.append([])
+        runs[-1].append(event)
+    return runs
+
+
+def read_trace(path: str | Path) -> list[dict]:
+    events = []
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for number, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                try:
+                    event = json.loads(line)
+                except json.JSONDecodeError:
+                    raise TraceError(f"line {number} of the trace is not JSON") from None
+                if not isinstance(event, dict) or event.get("kind") not in EVENT_TYPES:
+                    raise TraceError(f"line {number} of the trace is not an engine event")
+                events.append(event)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TraceError(f"could not read the trace: {exc}") from None
+    if not events or events[0]["kind"] != "run_started":
+        raise TraceError("the trace does not start with a run_started event")
+    return events
+
+
+def save_trace(events: list[dict], name: str) -> str:
+    """Write events as JSONL (the CLI's --trace format) into a fresh temp folder; the path to download."""
+    path = Path(tempfile.mkdtemp(prefix="safe-trace-")) / f"{name}.jsonl"
+    path.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in events), encoding="utf-8")
+    return str(path)
