@@ -196,7 +196,6 @@ def load_model(spec: str, options: LoadOptions = LoadOptions(), progress: Progre
     resolved = resolve_spec(spec)
     device = pick_device(options.device)
     dtype = pick_dtype(device, options.dtype)
-    tokenizer = load_tokenizer(spec, options, progress)
     source, extra = _source(resolved, progress)
     kwargs = dict(trust_remote_code=options.trust_remote_code, local_files_only=_offline(), **extra)
     if not extra:  # GGUF files carry their config inside
@@ -208,6 +207,7 @@ def load_model(spec: str, options: LoadOptions = LoadOptions(), progress: Progre
 
         if config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and not getattr(config, "auto_map", None):
             raise ModelLoadError(f"{spec} is a {config.model_type!r} model, not a causal language model")
+    tokenizer = load_tokenizer(spec, options, progress)
     if progress:
         progress(f"loading {resolved.short_name} on {device} ({str(dtype).replace('torch.', '')})")
     try:

@@ -42,3 +42,25 @@ def test_cache_dir_is_overridable(monkeypatch, tmp_path):
     monkeypatch.setenv("SAFE_STUDIO_CACHE", str(tmp_path))
     assert cache_root() == tmp_path
     assert converted_dir("gemma-3-270m") == tmp_path / "models" / "gemma-3-270m"
+
+
+def test_a_model_that_is_not_a_causal_lm_is_refused(tmp_path):
+    from transformers import ViTConfig
+
+    from safe_engine.errors import ModelLoadError
+    from safe_engine.models import load_model
+
+    ViTConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8).save_pretrained(tmp_path)
+    with pytest.raises(ModelLoadError, match="not a causal language model"):
+        load_model(str(tmp_path))
+
+
+def test_a_folder_without_weights_says_so(tmp_path):
+    from transformers import LlamaConfig
+
+    from safe_engine.errors import ModelLoadError
+    from safe_engine.models import load_model
+
+    LlamaConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8).save_pretrained(tmp_path)
+    with pytest.raises(ModelLoadError, match="could not load"):
+        load_model(str(tmp_path))
