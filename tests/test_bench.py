@@ -181,6 +181,13 @@ def test_bad_rows_name_file_and_line(tmp_path, row, message):
         load_task(_write(tmp_path, "mine", [row]))
 
 
+def test_unreadable_task_files_are_refused_with_a_reason(tmp_path):
+    binary = tmp_path / "binary.jsonl"
+    binary.write_bytes(b"\xff\xfe\x00 not text")
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_task(str(binary))
+
+
 def test_duplicate_ids_and_unknown_names_are_refused(tmp_path):
     with pytest.raises(ConfigError, match="unique"):
         load_task(_write(tmp_path, "dup", [{"id": "x", "question": "Q", "answer": "1", "scorer": "exact"}] * 2))

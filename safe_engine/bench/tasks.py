@@ -55,17 +55,20 @@ def task_path(name_or_file: str) -> Path:
 def load_task(name_or_file: str, limit: int | None = None) -> list[Example]:
     """The first `limit` examples of a task file; the task is named after the file."""
     path = task_path(name_or_file)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from exc
     examples = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if limit is not None and len(examples) >= limit:
-                break
-            if not line.strip():
-                continue
-            try:
-                examples.append(_parse_row(json.loads(line), path.stem, str(number)))
-            except (ValueError, KeyError, TypeError, IndexError) as exc:
-                raise ConfigError(f"{path}:{number}: {exc}") from exc
+    for number, line in enumerate(lines, 1):
+        if limit is not None and len(examples) >= limit:
+            break
+        if not line.strip():
+            continue
+        try:
+            examples.append(_parse_row(json.loads(line), path.stem, str(number)))
+        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            raise ConfigError(f"{path}:{number}: {exc}") from exc
     if not examples:
         raise ConfigError(f"{path} holds no examples")
     ids = [e.id for e in examples]
