@@ -17,6 +17,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # read when gradio i
 
 import gradio as gr  # noqa: E402
 
+from components.benchmark_tab import BenchmarkTab  # noqa: E402
 from components.compare_tab import CompareTab  # noqa: E402
 from components.live_tab import LiveTab  # noqa: E402
 from components.pool import ModelPool  # noqa: E402
@@ -43,8 +44,9 @@ def build_demo(specs: Sequence[str] = DEFAULT_MODELS, pool: ModelPool | None = N
         with gr.Tabs():
             live = LiveTab(pool, stops, list(specs), examples)
             CompareTab(pool, stops, live.form, examples)
+            BenchmarkTab(pool, stops, live.form)
             ReplayTab(sorted((ASSETS / "traces").glob("*.jsonl")))
-            TokenizersTab(live.models, examples)
+            TokenizersTab(live.models, json.loads((ASSETS / "tokenizer_examples.json").read_text(encoding="utf-8")))
     return demo
 
 

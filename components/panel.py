@@ -5,9 +5,16 @@ from __future__ import annotations
 
 import gradio as gr
 
+from safe_engine.errors import SafeEngineError
+from safe_engine.tokdiff import load_vocabs, pair_view
+
 from . import charts
+from .text import esc, quoted
+from .tokenizer_view import pair_view_html
 from .transcript import details_html, legend_html, metrics_html, transcript_html
 from .view import RunView
+
+CONTEXT_CHARS = 200  # the pinned OOV-like token's words shown on the tokenizers' ruler
 
 # Clicking a token (or Enter/Space on a focused one) pins it: a custom `pin` event handled in Python.
 PIN_JS = """
@@ -64,4 +71,22 @@ class RunPanel:
         """The run's own view object remembers the pin, so a live run keeps charting the pinned point."""
         view.pinned = int(evt.idx)
         point = view.pinned_point()
-        return details_html(view, view.pinned), gr.skip() if point is None else charts.union(view, point)
+        details = details_html(view, view.pinned) + tokenizations_html(view, view.pinned)
+        return details, gr.skip() if point is None else charts.union(view, point)
+
+
+def tokenizations_html(view: RunView, index: int) -> str:
+    """For a token that is OOV-like for some model: every model's tokens over the words around it (the
+    Tokenizers tab's view), so the missing boundary is visible where it happened. Tokenizers only."""
+    if not 0 <= index < len(view.tokens) or not view.tokens[index].oov_like_for:
+        return ""
+    token, specs = view.tokens[index], [m.get("spec") for m in view.started["models"]]
+    if None in specs:  # a trace from before runs recorded their specs
+        return ""
+    text, offset = view.context(index, CONTEXT_CHARS)
+    head = (f'<h4>every model\'s tokens around {esc(quoted(token.text))} (characters {token.start - offset}–'
+            f'{token.end - offset} below)</h4>')
+    try:
+        return f'<div class="details">{head}{pair_view_html(pair_view(text, load_vocabs(specs)))}</div>'
+    except SafeEngineError as exc:
+        return f'<div class="details">{head}<p>Could not load the tokenizers: {esc(str(exc))}.</p></div>'

@@ -48,12 +48,19 @@ def prepare(pool: ModelPool, stops: Stops, status: gr.HTML, session: str, prompt
     except SafeEngineError as exc:
         yield problem(status, exc, doing)
         return None
+    loaded = yield from load(pool, stops, status, session, specs, doing)
+    return None if loaded is None else (config, *loaded)
+
+
+def load(pool: ModelPool, stops: Stops, status: gr.HTML, session: str, specs: list[str], doing: str) -> Generator[dict, None, tuple[list[LoadedModel], threading.Event] | None]:
+    """`loaded = yield from load(...)`: the models (progress streamed into `status`) and this session's armed
+    stop flag; None once the page says why they could not load."""
     flag = stops.arm(session)  # armed before loading, so Stop during loading cancels the run too
     try:
         loading = pool.start(specs)
         for message in loading:
             yield {status: status_html(f"Loading models, once per process (the very first start converts the embedded models: about two minutes). {message}", "busy")}
-        return config, loading.result(), flag
+        return loading.result(), flag
     except Exception as exc:
         stops.disarm(session, flag)
         yield problem(status, exc, doing)

@@ -25,6 +25,12 @@ def build(prompt: str, models_text: str, drafter: str | None, strategy: str, max
         raise ConfigError("the prompt is empty: type one or pick an example")
     if len(prompt) > MAX_PROMPT_CHARS:
         raise ConfigError(f"the prompt is {len(prompt)} characters; the limit here is {MAX_PROMPT_CHARS}")
+    return decoding(models_text, drafter, strategy, max_new_tokens, lookahead, top_k, sharpen, sharpen_lambda, method, safe_mode)
+
+
+def decoding(models_text: str, drafter: str | None, strategy: str, max_new_tokens, lookahead, top_k,
+             sharpen: str, sharpen_lambda, method: str, safe_mode: str) -> tuple[list[str], DecodeConfig]:
+    """The form without a prompt: the Benchmark tab's prompts come from task files."""
     specs = parse_specs(models_text)
     if not specs:
         raise ConfigError("no models given: type at least one model spec")

@@ -189,6 +189,21 @@ def stats_html(view: PairView, agreement: WordAgreement | None = None) -> str:
     )
 
 
+def corpus_html(scan: CorpusScan, agreement: WordAgreement, overlap: dict) -> str:
+    """The corpus scan's headline numbers next to the pair's word-list agreement and vocabulary overlap."""
+    tokens = ", ".join(f"{_esc(name)} {n:,}" for name, n in scan.tokens.items())
+    shares = "".join(
+        f"<li>{_esc(name)}: {overlap['sizes'][name]:,} token strings, {overlap['share'][name]:.1%} of them shared</li>"
+        for name in overlap["sizes"]
+    )
+    return (
+        f'<div class="tokdiff"><ul><li>tokens in the corpus: {tokens}</li>'
+        f"<li>words and punctuation runs that break at least once: {len(scan.spans):,} distinct</li>"
+        f"<li>word-list agreement: {agreement.rate:.1%} of {agreement.words:,} common English words split identically</li>"
+        f"<li>vocabulary overlap: {overlap['shared']:,} token strings in every vocabulary</li>{shares}</ul></div>"
+    )
+
+
 def token_length_figure(view: PairView) -> go.Figure:
     """How long each model's tokens are, in characters: shorter tokens on the same text mean more boundaries."""
     fig = go.Figure()

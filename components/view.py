@@ -25,6 +25,8 @@ class TokenView:
     index: int
     round: int
     text: str
+    start: int  # character offsets in the response text
+    end: int
     special: bool  # takes no characters of the response text (an end marker)
     decision: str
     drafted: str | None  # the drafted token an ensemble replaced
@@ -83,6 +85,8 @@ class RunView:
                     index=len(self.tokens),
                     round=event["round"],
                     text=token["text"],
+                    start=token["start"],
+                    end=token["end"],
                     special=token["start"] == token["end"],
                     decision=token["decision"],
                     drafted=token["drafted"],
@@ -114,6 +118,22 @@ class RunView:
     @property
     def models(self) -> list[str]:
         return [m["name"] for m in self.started["models"]] if self.started else []
+
+    @property
+    def response(self) -> str:
+        return "".join(e["delta"] for e in self.events if e["kind"] == "text_committed")
+
+    def context(self, index: int, max_chars: int = 200) -> tuple[str, int]:
+        """The words around token `index` (at most about `max_chars` characters, cut before a whitespace so
+        each word keeps the leading space it is tokenized with) and where that window starts in the response."""
+        text, token = self.response, self.tokens[index]
+        room = max(max_chars - (token.end - token.start), 0) // 2
+        lo, hi = max(token.start - room, 0), min(token.end + room, len(text))
+        if lo > 0:
+            lo = next((i for i in range(lo, token.start) if text[i].isspace()), token.start)
+        if hi < len(text):
+            hi = next((i for i in range(hi, token.end, -1) if text[i].isspace()), token.end)
+        return text[lo:hi], lo
 
     def pinned_point(self) -> int | None:
         """The pinned token's ensemble point, if it has one; charts fall back to the latest point."""

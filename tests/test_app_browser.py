@@ -192,7 +192,7 @@ def test_compare_runs_every_strategy_side_by_side(page):
 
 
 @pytest.mark.real_models
-def test_tokenizers_tab_shows_both_tokenizations(page):
+def test_tokenizers_tab_shows_both_tokenizations(page, tmp_path):
     page.get_by_role("tab", name="Tokenizers").click()
     expect(page.get_by_role("tab", name="Tokenizers")).to_have_count(1)
     page.locator("#tok-text textarea").fill("Reykjavík <script>x</script>")
@@ -200,3 +200,23 @@ def test_tokenizers_tab_shows_both_tokenizations(page):
     expect(page.locator("#tok-pair .td-tok").first).to_be_attached(timeout=RUN_MS)
     assert page.locator("#tok-pair script").count() == 0
     expect(page.locator("#tok-stats")).to_contain_text("shared boundaries")
+    page.locator("#tok-corpus textarea").fill("It was unbelievable in Ouagadougou. " * 3 + "<b>bold</b> 🚀")
+    page.locator("#tok-scan").click()
+    expect(page.locator("#tok-spans")).to_contain_text("Ouagadougou", timeout=RUN_MS)
+    expect(page.locator("#tok-summary")).to_contain_text("word-list agreement")
+    with page.expect_download() as download:
+        page.locator("#tok-csv").click()
+    rows = download.value.path().read_text(encoding="utf-8").splitlines()
+    assert rows[0].startswith("span,count,breaks,break rate") and any(r.startswith("Ouagadougou,3,3") for r in rows)
+    page.screenshot(path=str(tmp_path / "tokenizers.png"), full_page=True)
+
+
+@pytest.mark.real_models
+def test_pinning_an_oov_like_token_shows_the_tokenizations_inline(page, tmp_path):
+    page.get_by_role("tab", name="Replay").click()
+    oov = page.locator("#replay-transcript .tok.oov").first
+    expect(oov).to_be_attached(timeout=30_000)
+    oov.click()
+    expect(page.locator("#replay-details .td-tok.oov").first).to_be_attached(timeout=RUN_MS)
+    expect(page.locator("#replay-details")).to_contain_text("smollm2-135m-instruct")
+    page.locator("#replay-details").screenshot(path=str(tmp_path / "pinned.png"))

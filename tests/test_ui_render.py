@@ -197,6 +197,6 @@ def test_app_builds_and_rejects_a_bad_model_spec_before_launching(capsys):
 
     demo = app.build_demo()
     tabs = [block.label for block in demo.blocks.values() if type(block).__name__ == "Tab"]
-    assert tabs == ["Ensemble live", "Compare", "Replay", "Tokenizers"]
+    assert tabs == ["Ensemble live", "Compare", "Benchmark", "Replay", "Tokenizers"]
     assert app.main(["--models", "embedded:nope"]) == 2
     assert "unknown embedded model" in capsys.readouterr().err

@@ -1,0 +1,47 @@
+"""The Benchmark tab in the browser: the app and Chromium come from test_app_browser's fixtures."""
+
+import pytest
+from test_app_browser import PLOT_MS, RUN_MS, app_url, browser, page, pytestmark  # noqa: F401 (fixtures and skip mark)
+from test_benchmark_tab import write_folder
+
+from playwright.sync_api import expect  # noqa: E402 (after test_app_browser's importorskip)
+
+
+def _open_tab(page):
+    page.get_by_role("tab", name="Benchmark").click()
+    expect(page.locator("#bench-run")).to_be_visible(timeout=30_000)
+
+
+def test_a_previous_folder_shows_its_table_and_charts(page, tmp_path):
+    _open_tab(page)
+    page.locator("#bench-out textarea").fill(str(tmp_path / "missing"))
+    page.locator("#bench-show").click()
+    expect(page.locator("#bench-status")).to_contain_text("there is no folder", timeout=30_000)
+    write_folder(tmp_path / "done")
+    page.locator("#bench-out textarea").fill(str(tmp_path / "done"))
+    page.locator("#bench-show").click()
+    expect(page.locator("#bench-status")).to_contain_text("Showing 8 runs", timeout=30_000)
+    expect(page.locator("#bench-table")).to_contain_text("per-token")
+    expect(page.locator("#bench-table")).to_contain_text("single:smollm2-135m-instruct")
+    for chart in ("accuracy", "e-t", "latency", "examples"):
+        expect(page.locator(f"#bench-{chart} .main-svg").first).to_be_attached(timeout=PLOT_MS)
+    expect(page.locator("#bench-accuracy")).to_contain_text("Accuracy per strategy")
+    expect(page.locator("#bench-report")).to_be_enabled()
+    expect(page.locator("#bench-csv")).to_be_enabled()
+    assert "Traceback" not in page.content()
+    page.screenshot(path=str(tmp_path / "bench.png"), full_page=True)
+
+
+@pytest.mark.real_models
+def test_a_small_run_fills_table_and_charts(page, tmp_path):
+    _open_tab(page)
+    page.locator("#bench-limit input").fill("1")
+    page.locator("#bench-max-new input").fill("6")
+    page.locator("#bench-out textarea").fill(str(tmp_path / "run"))
+    page.locator("#bench-run").click()
+    expect(page.locator("#bench-status")).to_contain_text("Done: 4 of 4 runs", timeout=RUN_MS)
+    expect(page.locator("#bench-table")).to_contain_text("safe")
+    expect(page.locator("#bench-e-t .main-svg").first).to_be_attached(timeout=PLOT_MS)
+    expect(page.locator("#bench-report")).to_be_enabled()
+    assert (tmp_path / "run" / "report.html").is_file()
+    page.screenshot(path=str(tmp_path / "bench-run.png"), full_page=True)
