@@ -122,10 +122,9 @@ class Response:
         return delta
 
 
-def _probs_topk(logits: torch.Tensor, lm: LoadedModel, k: int = TOP_K_SHOWN) -> tuple[torch.Tensor, list[Candidate]]:
-    probs = torch.softmax(logits.float(), dim=-1)
+def _top(probs: torch.Tensor, lm: LoadedModel, k: int = TOP_K_SHOWN) -> list[Candidate]:
     top = torch.topk(probs, k)
-    return probs, [Candidate(_key_text(lm.key_of(i)), p) for p, i in zip(top.values.tolist(), top.indices.tolist())]
+    return [Candidate(_key_text(lm.key_of(i)), p) for p, i in zip(top.values.tolist(), top.indices.tolist())]
 
 
 def _key_text(key) -> str:
@@ -170,6 +169,7 @@ class Decoder:
         self.stats = RunStats(config.strategy)
         self.stats.oov_skips = {v.name: 0 for v in self.verifiers}
         self.round = 0
+        self._tokenized: tuple[bytes, list[Tokenization]] | None = None
         self.started = time.perf_counter()
         self.stop_reason = "max_new_tokens"
 
@@ -188,8 +188,8 @@ class Decoder:
     def remaining(self) -> int:
         return self.config.max_new_tokens - self.stats.tokens
 
-    def draft(self, count: int) -> tuple[list[int], list[torch.Tensor]]:
-        """Greedy tokens from the drafter, with the logits each was drawn from."""
+    def draft(self, count: int) -> tuple[list[int], list[torch.Tensor], list[torch.Tensor]]:
+        """Greedy tokens from the drafter, with the logits each was drawn from and their softmax."""
         ids, logits = [], []
         eos = self.drafter.lm.eos_ids
         with self.stats.timed("draft"):
@@ -202,17 +202,15 @@ class Decoder:
                 if ids[-1] in eos:
                     break
         self.stats.drafted += len(ids)
-        return ids, logits
+        return ids, logits, [torch.softmax(row.float(), dim=-1) for row in logits]
 
-    def draft_event(self, ids: list[int], logits: list[torch.Tensor]) -> TokensDrafted:
+    def draft_event(self, ids: list[int], probs: list[torch.Tensor], index: CharIndex) -> TokensDrafted:
+        """`index`: character offsets of the response extended by the draft."""
         lm = self.drafter.lm
-        raw = self.response.extended(ids)
-        _, index = _text_and_index(raw)
         tokens = []
-        for token_id, row, (s, e) in zip(ids, logits, lm.vocab.spans(ids, len(self.response.raw))):
-            probs, top = _probs_topk(row, lm)
+        for token_id, row, (s, e) in zip(ids, probs, lm.vocab.spans(ids, len(self.response.raw))):
             tokens.append(
-                DraftToken(token_id, _key_text(lm.key_of(token_id)), index.char_of_byte(s), index.char_of_byte(e), probs[token_id].item(), top)
+                DraftToken(token_id, _key_text(lm.key_of(token_id)), index.char_of_byte(s), index.char_of_byte(e), row[token_id].item(), _top(row, lm))
             )
         return TokensDrafted(self.round, self.drafter.name, tokens)
 
@@ -309,18 +307,17 @@ class Decoder:
         yield self.finished_event()
 
     def _single_round(self) -> Iterator[Event]:
-        ids, logits = self.draft(min(self.config.lookahead, self.remaining()))
+        ids, _, probs = self.draft(min(self.config.lookahead, self.remaining()))
         if not ids:
             return
-        yield self.draft_event(ids, logits)
+        yield self.draft_event(ids, probs, _text_and_index(self.response.extended(ids))[1])
         self.stats.accepted_drafts += len(ids)
         yield self.commit([([i], {"decision": "accepted"}) for i in ids])
         self.drafter.forget_before(len(self.response.ids))
 
     def _per_token_step(self) -> Iterator[Event]:
         boundary = len(self.response.raw)
-        with self.stats.timed("retokenize"):
-            tokenizations = [tokenize(v.lm.vocab, _complete(self.response.raw)) for v in self.verifiers]
+        tokenizations = self._verifier_tokenizations()
         with self.stats.timed("verify"):
             views = [ModelView(self.drafter.lm, self.drafter.logits(self.response.ids, [len(self.response.ids)])[0])]
             for v, tok in zip(self.verifiers, tokenizations):
@@ -332,24 +329,29 @@ class Decoder:
         yield point
         event = self.commit([(ids, {"decision": "ensembled", "sharpened": point.sharpening is not None})])
         # Damage marker: was the end of the text we ensembled at a real boundary for each other model?
-        with self.stats.timed("retokenize"):
-            raw = _complete(self.response.raw)
-            flagged = [v.name for v in self.verifiers if boundary not in tokenize(v.lm.vocab, raw).boundaries]
-        event.tokens[0].oov_like_for = flagged
+        flagged = zip(self.verifiers, self._verifier_tokenizations())
+        event.tokens[0].oov_like_for = [v.name for v, tok in flagged if boundary not in tok.boundaries]
         self.drafter.forget_before(len(self.response.ids))
         yield event
 
+    def _verifier_tokenizations(self) -> list[Tokenization]:
+        """Each verifier's tokenization of the response; the damage check's one serves the next step."""
+        raw = _complete(self.response.raw)
+        if self._tokenized is None or self._tokenized[0] != raw:
+            with self.stats.timed("retokenize"):
+                self._tokenized = (raw, [tokenize(v.lm.vocab, raw) for v in self.verifiers])
+        return self._tokenized[1]
+
     def _safe_round(self) -> Iterator[Event]:
-        ids, logits = self.draft(min(self.config.lookahead, self.remaining()))
+        ids, logits, probs = self.draft(min(self.config.lookahead, self.remaining()))
         if not ids:
             return
-        yield self.draft_event(ids, logits)
-        base = len(self.response.raw)
-        spans = self.drafter.lm.vocab.spans(ids, base)
+        spans = self.drafter.lm.vocab.spans(ids, len(self.response.raw))
         raw = self.response.extended(ids)
         with self.stats.timed("retokenize"):
             _, index = _text_and_index(raw)
             tokenizations = [tokenize(v.lm.vocab, _complete(raw)) for v in self.verifiers]
+        yield self.draft_event(ids, probs, index)
         eos = self.drafter.lm.eos_ids
         # Verifier token index at the boundary before each drafted token (None: not a boundary there).
         at = [[_own_index(tok, s, ids[j] in eos) for tok in tokenizations] for j, (s, _) in enumerate(spans)]
@@ -385,7 +387,7 @@ class Decoder:
                 yield PositionVerified(**probe, mean_p=None, decision="skipped-oov", reason="boundary missing for " + ", ".join(blocked))
                 pieces.append(([token_id], {"decision": "skipped-oov", "oov_like_for": blocked}))
                 continue
-            p_draft = torch.softmax(logits[j].float(), dim=-1)[token_id].item()
+            p_draft = probs[j][token_id].item()
             mean_p = (p_draft + sum(c.p for c in checks)) / (1 + len(checks))
             reason = "unanimity" if all(c.agrees for c in checks) else "mean>0.5" if mean_p > 0.5 else None
             if reason:
