@@ -71,7 +71,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SafeEngineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    launch(build_demo(args.models), args.host, args.port, args.share)
+    try:
+        launch(build_demo(args.models), args.host, args.port, args.share)
+    except OSError as exc:  # the port is taken, or the host is not an address of this machine
+        print(f"error: cannot serve on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

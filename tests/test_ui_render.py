@@ -200,3 +200,16 @@ def test_app_builds_and_rejects_a_bad_model_spec_before_launching(capsys):
     assert tabs == ["Ensemble live", "Compare", "Benchmark", "Replay", "Tokenizers"]
     assert app.main(["--models", "embedded:nope"]) == 2
     assert "unknown embedded model" in capsys.readouterr().err
+
+
+def test_app_says_so_when_its_port_is_taken(capsys):
+    import socket
+
+    import app
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        assert app.main(["--port", str(busy.getsockname()[1])]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: cannot serve on 127.0.0.1:")
