@@ -4,7 +4,7 @@ Prints one row per prompt and the medians: SAFE / drafter alone, per-token / SAF
 generated token, so a run that stops early at EOS is not flattered), E/T, tokens/s, the share of SAFE's
 wall time spent outside model forward passes, and how often paper-exact and fast SAFE outputs differ.
 
-    python benchmarks/safe_speed.py [--max-new-tokens 48] [--attn sdpa|eager]
+    python benchmarks/safe_speed.py [--max-new-tokens 48] [--attn sdpa|eager] [--adaptive-lookahead]
 """
 
 from __future__ import annotations
@@ -44,12 +44,13 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--prompts", type=int, default=len(PROMPTS))
     parser.add_argument("--attn", default=None, choices=["sdpa", "eager"], help="attention kernel (default: the model's)")
+    parser.add_argument("--adaptive-lookahead", action="store_true", help="SAFE drafts fewer tokens after a replacement")
     args = parser.parse_args()
 
     models = load_models(list(DEFAULT_MODELS), LoadOptions(attn_implementation=args.attn))
     warm_up(models)
     drafter = models[0].name
-    config = DecodeConfig(max_new_tokens=args.max_new_tokens)
+    config = DecodeConfig(max_new_tokens=args.max_new_tokens, adaptive_lookahead=args.adaptive_lookahead)
     rows = []
     print("| prompt | drafter tok/s | SAFE tok/s | SAFE / drafter | per-token / SAFE | SAFE E/T | outside forward | exact = fast |")
     print("|---|---|---|---|---|---|---|---|")
@@ -83,7 +84,8 @@ def main() -> None:
         return statistics.median(r[key] for r in rows)
 
     print()
-    print(f"medians over {len(rows)} prompts, {args.max_new_tokens} new tokens, attention {args.attn or 'default'}:")
+    print(f"medians over {len(rows)} prompts, {args.max_new_tokens} new tokens, attention {args.attn or 'default'}"
+          f"{', adaptive lookahead' if args.adaptive_lookahead else ''}:")
     print(f"- SAFE / drafter alone (s per token): {median('safe_vs_drafter'):.2f}  (target <= 1.3)")
     print(f"- per-token / SAFE (s per token):     {median('per_token_vs_safe'):.2f}  (target > 1)")
     print(f"- SAFE E/T: {median('e_t'):.1%}   per-token E/T: {median('per_token_e_t'):.0%}")

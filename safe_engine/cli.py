@@ -46,6 +46,8 @@ def _decoding_options(parser: argparse.ArgumentParser, with_strategy: bool, one_
     parser.add_argument("--weights", type=float, nargs="+", metavar="W", help="one weight per model")
     parser.add_argument("--safe-mode", choices=SAFE_MODES, default="fast",
                         help="exact: the paper's one-ensemble-per-round; fast: keep a draft the ensemble confirmed")
+    parser.add_argument("--adaptive-lookahead", action="store_true",
+                        help="SAFE: draft fewer tokens after a replacement (faster when models disagree often; changes outputs)")
     parser.add_argument("--device", default="auto", help="auto (cuda, mps, cpu), cpu, cuda, cuda:1, mps")
     parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16"])
     parser.add_argument("--trust-remote-code", action="store_true", help="allow model code from the model folder")
@@ -104,7 +106,8 @@ def _config(args, strategy: str) -> DecodeConfig:
         sharpen=args.sharpen,
         sharpen_lambda=args.sharpen_lambda,
     )
-    config = DecodeConfig(strategy, args.max_new_tokens, args.lookahead, drafter, args.safe_mode, ensemble)
+    config = DecodeConfig(strategy, args.max_new_tokens, args.lookahead, drafter, args.safe_mode, ensemble,
+                          args.adaptive_lookahead)
     config.validate(len(specs))
     return config
 

@@ -54,6 +54,7 @@ class DecodeConfig:
     drafter: int = 0  # index into the model list
     safe_mode: str = "fast"
     ensemble: EnsembleConfig = field(default_factory=EnsembleConfig)
+    adaptive_lookahead: bool = False  # SAFE: draft fewer tokens after a replacement (changes outputs a little)
 
     def validate(self, model_count: int) -> None:
         ens = self.ensemble
@@ -170,6 +171,7 @@ class Decoder:
         self.stats.oov_skips = {v.name: 0 for v in self.verifiers}
         self.round = 0
         self._tokenized: tuple[bytes, list[Tokenization]] | None = None
+        self._lookahead = config.lookahead
         self.started = time.perf_counter()
         self.stop_reason = "max_new_tokens"
 
@@ -343,7 +345,7 @@ class Decoder:
         return self._tokenized[1]
 
     def _safe_round(self) -> Iterator[Event]:
-        ids, logits, probs = self.draft(min(self.config.lookahead, self.remaining()))
+        ids, logits, probs = self.draft(min(self._lookahead, self.remaining()))
         if not ids:
             return
         spans = self.drafter.lm.vocab.spans(ids, len(self.response.raw))
@@ -407,8 +409,16 @@ class Decoder:
             if self.config.safe_mode == "exact":
                 break
         self.stats.accepted_drafts += sum(1 for chosen, info in pieces if "drafted" not in info)
+        if self.config.adaptive_lookahead:
+            self._adapt_lookahead(replaced="drafted" in pieces[-1][1], committed=len(pieces))
         yield self.commit(pieces)
         self.drafter.forget_before(len(self.response.ids))
+
+    def _adapt_lookahead(self, replaced: bool, committed: int) -> None:
+        """Draft about as far as the last replacement came (a replaced token drops the rest of the draft),
+        growing back by one token a round while drafts survive; between 2 and the configured lookahead."""
+        grown = committed + 1 if replaced else self._lookahead + 1
+        self._lookahead = max(2, min(self.config.lookahead, grown))
 
 
 def _own_index(tok: Tokenization, offset: int, drafted_eos: bool) -> int | None:
