@@ -11,11 +11,6 @@ from .events import Event, RunFinished, RunStarted
 from .models import LoadedModel, LoadOptions, load_model
 from .runtime import ModelSession
 
-SUMMARY_FIELDS = (
-    "text", "strategy", "label", "models", "drafter", "tokens", "ensembled", "replaced", "e_t", "oov_skips",
-    "consensus_skips", "sharpened", "rounds", "wall_s", "tokens_per_s", "overhead_share", "stop_reason",
-)
-
 
 _LOADED: dict[tuple[str, LoadOptions], LoadedModel] = {}
 

@@ -149,8 +149,3 @@ def write_jsonl(events: Iterable[Event], handle) -> Iterator[Event]:
         handle.write(event.to_json() + "\n")
         handle.flush()
         yield event
-
-
-def read_jsonl(path) -> list[dict]:
-    with open(path, encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle if line.strip()]

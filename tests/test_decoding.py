@@ -8,7 +8,7 @@ import pytest
 from safe_engine.decoding import DecodeConfig, decode
 from safe_engine.ensemble import EnsembleConfig
 from safe_engine.errors import ConfigError
-from safe_engine.events import EVENT_TYPES, RunFinished, TextCommitted
+from safe_engine.events import DECISIONS, EVENT_TYPES, RunFinished, TextCommitted
 from tiny_models import char_tokenizer, tiny_model, unigram_tokenizer
 
 PROMPT = "the cat sat on"
@@ -74,7 +74,7 @@ def test_events_round_trip_through_json(tiny, other, strategy):
     stats = finished(events).stats
     assert stats["tokens"] == 16 or finished(events).stop_reason == "eos"
     decisions = [t.decision for e in events if isinstance(e, TextCommitted) for t in e.tokens]
-    assert len(decisions) == stats["tokens"]
+    assert len(decisions) == stats["tokens"] and set(decisions) <= set(DECISIONS)
     if strategy == "safe":
         assert stats["ensembled"] == decisions.count("ensembled")
         assert sum(stats["oov_skips"].values()) >= decisions.count("skipped-oov")
