@@ -235,6 +235,7 @@ class Decoder:
             result = ensemble(views, self.config.ensemble)
             chosen, ids = self._drafter_spelling(result, views[0].logits, own)
         self.stats.ensembled += 1
+        self.stats.replaced += ids != [own]
         self.stats.sharpened += result.after is not None
         names = [p.name for p in ([self.drafter] + self.verifiers)]
         table = [
@@ -319,7 +320,7 @@ class Decoder:
 
     def _per_token_step(self) -> Iterator[Event]:
         boundary = len(self.response.raw)
-        tokenizations = self._verifier_tokenizations()
+        tokenizations = self._verifier_tokenizations(self.response.raw)
         with self.stats.timed("verify"):
             views = [ModelView(self.drafter.lm, self.drafter.logits(self.response.ids, [len(self.response.ids)])[0])]
             for v, tok in zip(self.verifiers, tokenizations):
@@ -327,18 +328,18 @@ class Decoder:
                 v.forget_before(len(tok.ids))
         own = int(torch.argmax(views[0].logits))
         _, ids, point = self.ensemble_at(len(self.response.ids), views, own, None)
-        self.stats.replaced += point.changed
         yield point
         event = self.commit([(ids, {"decision": "ensembled", "sharpened": point.sharpening is not None})])
         # Damage marker: was the end of the text we ensembled at a real boundary for each other model?
-        flagged = zip(self.verifiers, self._verifier_tokenizations())
+        flagged = zip(self.verifiers, self._verifier_tokenizations(self.response.raw))
         event.tokens[0].oov_like_for = [v.name for v, tok in flagged if boundary not in tok.boundaries]
         self.drafter.forget_before(len(self.response.ids))
         yield event
 
-    def _verifier_tokenizations(self) -> list[Tokenization]:
-        """Each verifier's tokenization of the response; the damage check's one serves the next step."""
-        raw = _complete(self.response.raw)
+    def _verifier_tokenizations(self, raw: bytes) -> list[Tokenization]:
+        """Each verifier's canonical tokenization of `raw` (a character still being spelled at its end is
+        held back); the last one is kept, so per-token's damage check also serves its next step."""
+        raw = _complete(raw)
         if self._tokenized is None or self._tokenized[0] != raw:
             with self.stats.timed("retokenize"):
                 self._tokenized = (raw, [tokenize(v.lm.vocab, raw) for v in self.verifiers])
@@ -350,18 +351,17 @@ class Decoder:
             return
         spans = self.drafter.lm.vocab.spans(ids, len(self.response.raw))
         raw = self.response.extended(ids)
-        with self.stats.timed("retokenize"):
-            _, index = _text_and_index(raw)
-            tokenizations = [tokenize(v.lm.vocab, _complete(raw)) for v in self.verifiers]
+        _, index = _text_and_index(raw)
+        tokenizations = self._verifier_tokenizations(raw)
         yield self.draft_event(ids, probs, index)
         eos = self.drafter.lm.eos_ids
         # Verifier token index at the boundary before each drafted token (None: not a boundary there).
         at = [[_own_index(tok, s, ids[j] in eos) for tok in tokenizations] for j, (s, _) in enumerate(spans)]
-        candidates = [j for j in range(len(ids)) if all(i is not None for i in at[j])]
+        candidates = {j for j in range(len(ids)) if all(i is not None for i in at[j])}
         with self.stats.timed("verify"):
             verifier_logits = []
             for k, (v, tok) in enumerate(zip(self.verifiers, tokenizations)):
-                starts = [at[j][k] for j in candidates]
+                starts = [at[j][k] for j in sorted(candidates)]
                 verifier_logits.append(dict(zip(starts, v.logits(tok.ids, starts))) if starts else {})
                 if starts:
                     v.forget_before(min(starts))
@@ -402,7 +402,6 @@ class Decoder:
             yield point
             info = {"decision": "ensembled", "sharpened": result.after is not None}
             if point.changed:
-                self.stats.replaced += 1
                 pieces.append((chosen_ids, {**info, "drafted": drafted}))
                 break
             pieces.append(([token_id], info))

@@ -75,8 +75,11 @@ def test_events_round_trip_through_json(tiny, other, strategy):
     assert stats["tokens"] == 16 or finished(events).stop_reason == "eos"
     decisions = [t.decision for e in events if isinstance(e, TextCommitted) for t in e.tokens]
     assert len(decisions) == stats["tokens"] and set(decisions) <= set(DECISIONS)
+    changed = [e for e in events if e.kind == "ensemble_point" and e.changed]
+    assert stats["replaced"] == len(changed)
     if strategy == "safe":
         assert stats["ensembled"] == decisions.count("ensembled")
+        assert stats["replaced"] == sum(t.drafted is not None for e in events if isinstance(e, TextCommitted) for t in e.tokens)
         assert sum(stats["oov_skips"].values()) >= decisions.count("skipped-oov")
 
 
