@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from safe_engine.decoding import SAFE_MODES, decode
+from safe_engine.decoding import PER_TOKEN_COMMITS, SAFE_MODES, DecodeConfig, decode
 from safe_engine.ensemble import METHODS, SHARPENING
 from safe_engine.errors import SafeEngineError
 
@@ -17,6 +17,7 @@ from .transcript import status_html
 from .view import RunView, save_trace
 
 READY = "Pick an example or type a prompt, then press Run. Hover a token for what happened to it; click it to pin the details."
+DEFAULTS = DecodeConfig()
 
 
 class LiveTab:
@@ -35,20 +36,30 @@ class LiveTab:
                     drafter = gr.Dropdown(specs, value=specs[0], label="Drafter", allow_custom_value=True, elem_id="drafter")
                     strategy = gr.Radio(["safe", "per-token", "single"], value="safe", label="Strategy", elem_id="strategy")
                     max_new = gr.Number(48, label=f"Max new tokens (1–{settings.MAX_NEW_TOKENS})", precision=0, elem_id="max-new")
-                    lookahead = gr.Slider(1, 16, 5, step=1, label="Lookahead n (tokens drafted per round)")
-                    top_k = gr.Slider(1, 50, 10, step=1, label="Top-k per model in the union")
-                    sharpen = gr.Radio(list(SHARPENING), value="heuristic", label="Sharpening (when the ensemble's max p < 0.5)")
-                    sharpen_lambda = gr.Slider(0.01, 0.99, 0.1, step=0.01, label="Heuristic λ")
+                    lookahead = gr.Slider(1, 16, DEFAULTS.lookahead, step=1, label="Lookahead n (tokens drafted per round)")
+                    top_k = gr.Slider(1, 50, DEFAULTS.ensemble.top_k, step=1, label="Top-k per model in the union")
+                    sharpen = gr.Radio(list(SHARPENING), value=DEFAULTS.ensemble.sharpen, label="Sharpening (when the ensemble's max p < 0.5)")
+                    sharpen_lambda = gr.Slider(0.01, 0.99, DEFAULTS.ensemble.sharpen_lambda, step=0.01, label="Heuristic λ")
                     with gr.Accordion("More options", open=False):
-                        method = gr.Radio(list(METHODS), value="unite", label="Ensemble method")
-                        safe_mode = gr.Radio(list(SAFE_MODES), value="fast", label="SAFE mode",
-                                             info="exact: one ensemble per round (the paper); fast: keeps a draft the ensemble confirmed")
+                        method = gr.Radio(list(METHODS), value=DEFAULTS.ensemble.method, label="Ensemble method")
+                        gate = gr.Radio(list(settings.GATES), value="auto", label="GaC's gate",
+                                        info="ensemble only where the drafter's top p < 0.5; auto: on for gac, as the paper runs it")
+                        safe_mode = gr.Radio(list(SAFE_MODES), value=DEFAULTS.safe_mode, label="SAFE mode",
+                                             info="exact: one ensemble per round, the rest of the draft dropped (the paper); fast: keeps "
+                                                  "scanning a draft the ensemble confirmed (faster, can change outputs)")
+                        per_token_commit = gr.Radio(list(PER_TOKEN_COMMITS), value=DEFAULTS.per_token_commit, label="Per-token commit",
+                                                    info="first-subtoken: the drafter appends only its first piece of the ensemble's "
+                                                         "string, as UniTE does; full: its whole spelling (a gentler baseline)")
+                        temperature = gr.Number(DEFAULTS.temperature, label="Temperature (0 = greedy, the paper's setting)", minimum=0, elem_id="temperature")
+                        top_p = gr.Slider(0.05, 1.0, DEFAULTS.top_p, step=0.05, label="Top-p (when sampling)")
+                        seed = gr.Number(None, label="Seed (empty: a fresh one; the run reports it)", precision=0, elem_id="seed")
                     self.download = gr.DownloadButton("Download trace (JSONL)", interactive=False, elem_id="live-download")
                 with gr.Column(scale=3):
                     self.status = gr.HTML(status_html(READY), elem_id="live-status")
                     self.panel = RunPanel("live")
         # Every input after the prompt, in the order settings.build takes them (the Compare tab reuses them).
-        self.form = [models, drafter, strategy, max_new, lookahead, top_k, sharpen, sharpen_lambda, method, safe_mode]
+        self.form = [models, drafter, strategy, max_new, lookahead, top_k, sharpen, sharpen_lambda, method, safe_mode,
+                     per_token_commit, gate, temperature, top_p, seed]
         self.models = models
         models.change(lambda text: gr.Dropdown(choices=settings.parse_specs(text)), [models], [drafter], api_visibility="private")
         run.click(self.run, [self.prompt, *self.form], [self.status, self.download, *self.panel.outputs],

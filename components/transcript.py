@@ -36,17 +36,29 @@ def token_classes(t: TokenView) -> str:
     return " ".join(names)
 
 
+KEPT = {
+    "unanimity": "kept: every verifier's top token is its own token here (unanimity)",
+    "mean>0.5": "kept: mean p {mean:.2f} > 0.5",
+    "gate": "kept: GaC's gate, the drafter's top p is at least 0.5",
+    "accepted": "kept with probability {accept:.2f} = min(1, mean p / the drafter's p), as speculative sampling does",
+}
+
+
 def why(t: TokenView, view: RunView) -> str:
     """What happened at this token and why, in one plain sentence."""
     mean = (t.verify or {}).get("mean_p")
     if t.decision == "accepted":
         text = "committed as drafted: one model decodes alone and nothing checks it"
+    elif t.decision == "skipped-oov" and t.reason == "inside a character":
+        text = "not ensembled: the drafter is in the middle of spelling a character in bytes, where no other model has a position"
     elif t.decision == "skipped-oov":
         text = f"not ensembled: OOV-like for {', '.join(t.oov_like_for)} (its tokenization has no boundary before this token)"
     elif t.decision == "skipped-consensus":
-        text = "kept: every verifier's top token is its own token here (unanimity)" if t.reason == "unanimity" else f"kept: mean p {mean:.2f} > 0.5"
+        text = KEPT.get(t.reason, "kept").format(mean=mean or 0, accept=(t.verify or {}).get("accept_p") or 0)
     elif view.strategy == "per-token":
         text = "ensembled: per-token ensembling runs every model at every step"
+    elif t.reason == "resampled":
+        text = f"ensembled: the draft was not kept (kept with probability {(t.verify or {}).get('accept_p') or 0:.2f}), so the ensemble was sampled"
     else:
         text = f"ensembled: no consensus (mean p {mean:.2f} ≤ 0.5 and the top tokens differ)" if mean is not None else "ensembled"
     if t.decision == "ensembled" and t.point is not None:
@@ -69,7 +81,12 @@ def _tip(t: TokenView, view: RunView) -> str:
     if t.draft:
         lines.append(f"drafter p {t.draft['p']:.3f}")
     for v in (t.verify or {}).get("verifiers", []):
-        lines.append(f"{v['model']}: " + ("OOV-like" if v["oov_like"] else f"own {quoted(v['token'])} p {v['p']:.3f}, top {quoted(v['argmax'])}"))
+        if v["oov_like"]:
+            lines.append(f"{v['model']}: OOV-like")
+        elif v["p"] is None:  # another verifier blocked this position, so it was not scored
+            lines.append(f"{v['model']}: own {quoted(v['token'])}, not scored")
+        else:
+            lines.append(f"{v['model']}: own {quoted(v['token'])} p {v['p']:.3f}, top {quoted(v['argmax'])}")
     lines.append("click or Enter to pin")
     return "\n".join(lines)
 

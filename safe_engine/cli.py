@@ -12,12 +12,20 @@ from tqdm import tqdm
 
 from .bench import DEFAULT_STRATEGIES, STYLES, Bench, builtin_tasks, load_task, strategy_labels
 from .compare import load_models, ratios, run_comparison, summarize, warm_up
-from .decoding import SAFE_MODES, STRATEGIES, DecodeConfig, decode
+from .decoding import PER_TOKEN_COMMITS, SAFE_MODES, STRATEGIES, DecodeConfig, decode
 from .ensemble import METHODS, SHARPENING, EnsembleConfig
 from .errors import SafeEngineError
 from .events import TextCommitted, write_jsonl
 from .models import DEFAULT_MODELS, LoadOptions, resolve_spec
 from .tokdiff import corpus_scan, load_vocabs, pair_view, visible, word_agreement
+
+
+DEFAULTS, ENSEMBLE = DecodeConfig(), EnsembleConfig()
+SAFE_MODE_HELP = ("exact: the paper's loop, one ensemble per round and the rest of the draft dropped; fast: keep scanning "
+                  "a draft the ensemble confirmed (fewer drafts thrown away; later positions see less lookahead text, "
+                  "so outputs can differ)")
+PER_TOKEN_COMMIT_HELP = ("first-subtoken: the drafter appends only its first sub-token of the ensemble's string, as UniTE "
+                         "does; full: its whole spelling (a gentler baseline)")
 
 
 class UsageError(SafeEngineError):
@@ -37,15 +45,21 @@ def _decoding_options(parser: argparse.ArgumentParser, with_strategy: bool, one_
     parser.add_argument("--drafter", metavar="SPEC", help="which of --models drafts (default: the first)")
     if with_strategy:
         parser.add_argument("--strategy", choices=STRATEGIES, default="safe")
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--lookahead", type=int, default=5, help="drafted tokens per SAFE round (n)")
-    parser.add_argument("--top-k", type=int, default=10)
-    parser.add_argument("--ensemble-method", choices=METHODS, default="unite")
-    parser.add_argument("--sharpen", choices=SHARPENING, default="heuristic")
-    parser.add_argument("--sharpen-lambda", type=float, default=0.1)
-    parser.add_argument("--weights", type=float, nargs="+", metavar="W", help="one weight per model")
-    parser.add_argument("--safe-mode", choices=SAFE_MODES, default="fast",
-                        help="exact: the paper's one-ensemble-per-round; fast: keep a draft the ensemble confirmed")
+    parser.add_argument("--max-new-tokens", type=int, default=DEFAULTS.max_new_tokens)
+    parser.add_argument("--lookahead", type=int, default=DEFAULTS.lookahead, help="drafted tokens per SAFE round (n)")
+    parser.add_argument("--top-k", type=int, default=ENSEMBLE.top_k, help="each model's candidates in the union")
+    parser.add_argument("--ensemble-method", choices=METHODS, default=ENSEMBLE.method)
+    parser.add_argument("--gate", action=argparse.BooleanOptionalAction, default=None,
+                        help="ensemble only where the drafter's top p < 0.5 (default: on for gac, as the paper runs GaC)")
+    parser.add_argument("--sharpen", choices=SHARPENING, default=ENSEMBLE.sharpen)
+    parser.add_argument("--sharpen-lambda", type=float, default=ENSEMBLE.sharpen_lambda)
+    parser.add_argument("--weights", type=float, nargs="+", metavar="W", help="one weight per model, in --models order")
+    parser.add_argument("--safe-mode", choices=SAFE_MODES, default=DEFAULTS.safe_mode, help=SAFE_MODE_HELP)
+    parser.add_argument("--per-token-commit", choices=PER_TOKEN_COMMITS, default=DEFAULTS.per_token_commit,
+                        help=PER_TOKEN_COMMIT_HELP)
+    parser.add_argument("--temperature", type=float, default=DEFAULTS.temperature, help="0: greedy (the paper's setting)")
+    parser.add_argument("--top-p", type=float, default=DEFAULTS.top_p, help="nucleus sampling mass (with --temperature)")
+    parser.add_argument("--seed", type=int, help="sampling seed (default: a fresh one, reported in the output)")
     parser.add_argument("--adaptive-lookahead", action="store_true",
                         help="SAFE: draft fewer tokens after a replacement (faster when models disagree often; changes outputs)")
     parser.add_argument("--device", default="auto", help="auto (cuda, mps, cpu), cpu, cuda, cuda:1, mps")
@@ -105,9 +119,13 @@ def _config(args, strategy: str) -> DecodeConfig:
         weights=tuple(args.weights) if args.weights else None,
         sharpen=args.sharpen,
         sharpen_lambda=args.sharpen_lambda,
+        gate=args.gate,
     )
-    config = DecodeConfig(strategy, args.max_new_tokens, args.lookahead, drafter, args.safe_mode, ensemble,
-                          args.adaptive_lookahead)
+    config = DecodeConfig(
+        strategy=strategy, max_new_tokens=args.max_new_tokens, lookahead=args.lookahead, drafter=drafter,
+        safe_mode=args.safe_mode, per_token_commit=args.per_token_commit, ensemble=ensemble,
+        temperature=args.temperature, top_p=args.top_p, seed=args.seed, adaptive_lookahead=args.adaptive_lookahead,
+    )
     config.validate(len(specs))
     return config
 

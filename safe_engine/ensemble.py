@@ -24,17 +24,23 @@ SHARPENING = ("heuristic", "geometric", "none")
 class EnsembleConfig:
     method: str = "unite"  # unite: top-k union + first-sub-token fill | topk: no fill | gac: full vocabulary
     top_k: int = 10
-    weights: tuple[float, ...] | None = None  # one per model, normalised; None = equal
+    weights: tuple[float, ...] | None = None  # one per model, in the order the models are given; None = equal
     sharpen: str = "heuristic"
     sharpen_lambda: float = 0.1
+    gate: bool | None = None  # ensemble only where the drafter's top p < 0.5; None = on for GaC only (the paper's GaC)
+
+    @property
+    def gated(self) -> bool:
+        return self.method == "gac" if self.gate is None else self.gate
 
 
 @dataclass
 class ModelView:
-    """One model's next-token logits at the point being ensembled."""
+    """One model's next-token logits at the point being ensembled, and its weight in the ensemble."""
 
     lm: LoadedModel
     logits: torch.Tensor  # [vocab], float32
+    weight: float = 1.0  # relative; the views' weights are normalised together
 
 
 @dataclass
@@ -50,10 +56,8 @@ class EnsembleResult:
         return self.before if self.after is None else self.after
 
 
-def _weights(config: EnsembleConfig, count: int) -> torch.Tensor:
-    if config.weights is None:
-        return torch.full((count,), 1.0 / count)
-    w = torch.tensor(config.weights, dtype=torch.float32)
+def _weights(views: Sequence[ModelView]) -> torch.Tensor:
+    w = torch.tensor([view.weight for view in views], dtype=torch.float32)
     return w / w.sum()
 
 
@@ -88,8 +92,8 @@ def first_subtoken(vocab: TokenBytes, key: bytes) -> int | None:
         pieces = vocab.encode_bytes(key)
     except ValueError:
         return None
-    # Like UniTE, skip a leading bare-space piece ("▁" before "James") when a real piece follows.
-    return next((i for i in pieces if vocab[i].strip() != b""), pieces[0] if pieces else None)
+    # Like UniTE, skip the bare-space piece ("▁" before "James"; " \n" is read at "\n") unless nothing else is left.
+    return next((i for i in pieces if vocab[i] != b" "), pieces[0] if pieces else None)
 
 
 def unite_union(views: Sequence[ModelView], config: EnsembleConfig) -> tuple[list[Key], torch.Tensor]:
@@ -115,7 +119,7 @@ def gac_union(views: Sequence[ModelView], config: EnsembleConfig) -> tuple[list[
     for row, view, target in zip(full, views, targets):
         n = min(len(target), len(view.logits))  # model heads may be padded past the tokenizer
         row.index_add_(0, target[:n], torch.softmax(view.logits.float(), dim=0)[:n])
-    mean = _weights(config, len(views)) @ full
+    mean = _weights(views) @ full
     keep = set(torch.topk(mean, config.top_k).indices.tolist())
     for row in full:
         keep |= set(torch.topk(row, config.top_k).indices.tolist())
@@ -143,12 +147,12 @@ def _vocab_union(lms: tuple[LoadedModel, ...]) -> tuple[list[Key], list[torch.Te
 def sharpen_heuristic(keys: Sequence[Key], probs: torch.Tensor, anchors: Sequence[Key], lam: float) -> torch.Tensor:
     """SAFE's heuristic: a drafter candidate a with P(a) > λ absorbs every string that starts with a.
 
-    No renormalisation (only the argmax is used). Whitespace-only anchors are skipped: every word
-    would start with them.
+    No renormalisation (only the argmax is used). Like the authors' code, the single space " " is no
+    anchor (every space-prefixed word starts with it); other whitespace is: "\n" absorbs "\n\n".
     """
     out = probs.clone()
     for a_index, a in enumerate(keys):
-        if not isinstance(a, bytes) or a not in anchors or not a.strip() or probs[a_index] <= lam:
+        if not isinstance(a, bytes) or a not in anchors or a == b" " or probs[a_index] <= lam:
             continue
         extra = sum(
             probs[b_index].item()
@@ -166,10 +170,13 @@ def sharpen_geometric(per_model: torch.Tensor, weights: torch.Tensor) -> torch.T
 
 
 def ensemble(views: Sequence[ModelView], config: EnsembleConfig) -> EnsembleResult:
-    """Ensemble distribution and its argmax; views[0] is the drafter (its top-k anchors sharpening)."""
+    """Ensemble distribution and its argmax; views[0] is the drafter (its top-k anchors sharpening).
+
+    The weights are the views' own (`config.weights` is in the user's model order; the decoder maps it).
+    """
     union = gac_union if config.method == "gac" else unite_union
     keys, per_model = union(views, config)
-    weights = _weights(config, len(views))
+    weights = _weights(views)
     before = weights @ per_model
     after = None
     if config.sharpen != "none" and before.max().item() < 0.5:

@@ -5,10 +5,17 @@ into the response text (`TextCommitted.delta`s concatenated). Decisions for a dr
 
 - ``accepted``: committed as drafted, nothing checked it (a single model decoding alone);
 - ``skipped-oov``: ensembling there was unsafe — the boundary before the token is missing for some
-  verifier (``oov_like`` per verifier);
-- ``skipped-consensus``: the models agree (``reason``: ``unanimity`` or ``mean>0.5``), ensembling
-  could not change the token;
-- ``ensembled``: the ensemble ran (``EnsemblePoint.changed`` says whether it replaced the token).
+  verifier (``oov_like`` per verifier; ``reason`` names them), or the position is inside a UTF-8
+  character (``reason``: ``inside a character``, OOV-like for every verifier);
+- ``skipped-consensus``: the draft is kept without an ensemble. ``reason``: ``unanimity`` or
+  ``mean>0.5`` (greedy: the ensemble could not change the token), ``gate`` (GaC's gate: the drafter's
+  top p ≥ 0.5), ``accepted`` (sampling: kept with probability ``accept_p``);
+- ``ensembled``: the ensemble ran (``reason``: ``no consensus``, or ``resampled`` when sampling;
+  ``EnsemblePoint.changed`` says whether it replaced the token).
+
+Per-token runs use the same decisions: ``ensembled`` at every step, ``skipped-consensus``/``gate``
+where GaC's gate keeps the drafter's token, ``skipped-oov``/``inside a character`` where the drafter
+finishes a character it started (no other model has a position there).
 """
 
 from __future__ import annotations
@@ -105,9 +112,10 @@ class PositionVerified(Event):
     start: int
     end: int
     verifiers: list[VerifierView]
-    mean_p: float | None
+    mean_p: float | None  # Σ wᵢ·Pᵢ(own token) over the drafter and every verifier (weights normalised)
     decision: str
     reason: str | None = None
+    accept_p: float | None = None  # sampling: min(1, mean_p / P_draft), the probability the draft was kept with
 
 
 @dataclass
@@ -121,6 +129,7 @@ class EnsemblePoint(Event):
     method: str
     sharpening: str | None  # the method that ran, None when the ensemble was not too smooth
     table: list[UnionRow]
+    sampled: bool = False  # the choice was drawn from the (sharpened) ensemble distribution, not its argmax
 
 
 @dataclass

@@ -8,7 +8,7 @@ import pytest
 from safe_engine.decoding import DecodeConfig, decode
 from safe_engine.ensemble import EnsembleConfig
 from safe_engine.errors import ConfigError
-from safe_engine.events import DECISIONS, EVENT_TYPES, RunFinished, TextCommitted
+from safe_engine.events import DECISIONS, EVENT_TYPES, PositionVerified, RunFinished, TextCommitted
 from tiny_models import char_tokenizer, tiny_model, unigram_tokenizer
 
 PROMPT = "the cat sat on"
@@ -43,7 +43,35 @@ def test_safe_with_identical_models_is_the_single_model(tiny, sharpen, mode):
     ensemble = EnsembleConfig(sharpen=sharpen)
     safe = run([tiny, tiny], strategy="safe", max_new_tokens=24, safe_mode=mode, ensemble=ensemble)
     assert finished(safe).text == alone
-    assert finished(safe).stats["oov_skips"] == {"tiny#2": 0} or finished(safe).stats["oov_skips"]
+    # One tokenizer with one tokenization per text: every boundary is shared, nothing is ever OOV-like.
+    assert finished(safe).stats["oov_skips"] == {f"{tiny.name}#2": 0}
+    assert {e.decision for e in safe if isinstance(e, PositionVerified)} <= {"skipped-consensus", "ensembled"}
+
+
+@pytest.fixture(scope="module")
+def tiny2(tmp_path_factory):
+    return tiny_model(tmp_path_factory.mktemp("tiny2"), char_tokenizer(), seed=3)
+
+
+def test_per_token_weights_follow_the_models_when_another_model_drafts(tiny, tiny2):
+    """All the weight on model 0 while model 1 drafts: the text is model 0's own (same tokenizer)."""
+    alone = finished(run([tiny], strategy="single", max_new_tokens=20)).text
+    assert alone != finished(run([tiny2], strategy="single", max_new_tokens=20)).text
+    weighted = run([tiny, tiny2], strategy="per-token", drafter=1, max_new_tokens=20,
+                   ensemble=EnsembleConfig(weights=(1.0, 0.0), sharpen="none"))
+    assert finished(weighted).text == alone
+
+
+@pytest.mark.parametrize("strategy", ["safe", "per-token"])
+@pytest.mark.parametrize("mode", ["exact", "fast"])
+def test_three_models_decode_in_both_modes(tiny, other, tiny2, strategy, mode):
+    events = run([other, tiny, tiny2], strategy=strategy, safe_mode=mode, max_new_tokens=30)
+    assert finished(events).stats["tokens"] == 30 or finished(events).stop_reason == "eos"
+    for e in events:
+        if isinstance(e, PositionVerified):
+            assert [v.model for v in e.verifiers] == [tiny.name, tiny2.name]
+            assert e.decision != "skipped-oov" or any(v.oov_like for v in e.verifiers)
+            assert e.decision == "skipped-oov" or all(v.p is not None for v in e.verifiers)
 
 
 def test_per_token_with_two_copies_is_the_model_alone(tiny):

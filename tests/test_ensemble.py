@@ -5,7 +5,7 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from safe_engine.ensemble import EnsembleConfig, ModelView, ensemble, sharpen_geometric, sharpen_heuristic
+from safe_engine.ensemble import EnsembleConfig, ModelView, ensemble, first_subtoken, sharpen_geometric, sharpen_heuristic
 from safe_engine.models import LoadedModel
 from tiny_models import unigram_tokenizer
 
@@ -42,6 +42,23 @@ def test_heuristic_sharpening_by_hand():
     assert sharpen_heuristic(keys, probs, anchors=keys, lam=0.25).tolist() == pytest.approx(probs.tolist())
     # Only the drafter's candidates anchor.
     assert sharpen_heuristic(keys, probs, anchors=[b" Paris"], lam=0.1).tolist() == pytest.approx(probs.tolist())
+
+
+def test_the_single_space_is_no_anchor_but_a_newline_is():
+    """Token 0 of "Write one sentence about the history of Kyoto." on the embedded pair, as the authors'
+    code decides it: "\n" (0.103) absorbs "\n\n" (0.313) and beats "K" (0.326); " " absorbs nothing."""
+    keys = [b"\n", b"\n\n", b"K", b" ", b" Kyoto"]
+    probs = torch.tensor([0.103, 0.313, 0.326, 0.15, 0.05])
+    after = sharpen_heuristic(keys, probs, anchors=keys, lam=0.1)
+    assert after.tolist() == pytest.approx([0.416, 0.313, 0.326, 0.15, 0.05])
+    assert keys[int(torch.argmax(after))] == b"\n"
+
+
+def test_first_subtoken_skips_only_the_bare_space(pair):
+    vocab = pair[0].vocab
+    assert vocab[first_subtoken(vocab, b" \n")] == b"\n"  # UniTE reads " \n" at "\n", not at " "
+    assert vocab[first_subtoken(vocab, b" Sofia")] == b" Sofia"  # a whole token is its own first sub-token
+    assert vocab[first_subtoken(vocab, b"  ")] == b" "  # nothing but spaces: the space it is
 
 
 def test_geometric_sharpening_by_hand():

@@ -164,7 +164,8 @@ def test_bad_traces_say_why(tmp_path):
 
 
 FORM = dict(models_text="embedded:gemma-3-270m\nembedded:smollm2-135m-instruct", drafter=None, strategy="safe", max_new_tokens=16,
-            lookahead=5, top_k=10, sharpen="heuristic", sharpen_lambda=0.1, method="unite", safe_mode="fast")
+            lookahead=5, top_k=10, sharpen="heuristic", sharpen_lambda=0.1, method="unite", safe_mode="exact",
+            per_token_commit="first-subtoken", gate="auto", temperature=0, top_p=1.0, seed=None)
 
 
 @pytest.mark.parametrize(
@@ -213,3 +214,30 @@ def test_app_says_so_when_its_port_is_taken(capsys):
         assert app.main(["--port", str(busy.getsockname()[1])]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("error: cannot serve on 127.0.0.1:")
+
+
+def test_every_new_decision_reason_renders_and_explains_itself():
+    """Engine runs that hit the reasons added with N models, GaC's gate, sampling and split characters."""
+    from safe_engine.decoding import DecodeConfig, decode
+    from safe_engine.ensemble import EnsembleConfig
+    from test_rules import ACCENT, GATE_DRAFTER, GATE_VERIFIER, INCORRECT_DRAFTER, INCORRECT_VERIFIER, P
+    from scripted_models import scripted
+
+    from components.transcript import why
+
+    inc = scripted("a", ["Inc", "orr", "ect", "!", "?"], INCORRECT_DRAFTER, P)
+    runs = {
+        "not scored": ([inc, scripted("b", ["Incorrect", "!", "?"], INCORRECT_VERIFIER, P), inc], DecodeConfig()),
+        "GaC's gate": ([scripted("a", [], GATE_DRAFTER, P), scripted("b", [], GATE_VERIFIER, P)],
+                       DecodeConfig(ensemble=EnsembleConfig(method="gac"))),
+        "kept with probability": ([scripted("a", [], {"": {"x": 1.0}}, P), scripted("b", [], {"": {"x": 1.0}}, P)],
+                                  DecodeConfig(temperature=1.0, seed=0)),
+        "the ensemble was sampled": ([scripted("a", [], {"": {"x": 1.0}}, P), scripted("b", [], {"": {"y": 1.0}}, P)],
+                                     DecodeConfig(temperature=1.0, seed=0, ensemble=EnsembleConfig(weights=(0.0, 1.0)))),
+        "middle of spelling a character": ([scripted("a", ["n"], ACCENT["drafter"], P), scripted("b", ["ễ", "n"], ACCENT["verifier"], P)],
+                                           DecodeConfig(strategy="per-token", ensemble=EnsembleConfig(weights=(0.4, 0.6)))),
+    }
+    for phrase, (models, config) in runs.items():
+        view = RunView.of([e.to_dict() for e in decode(models, P, config)])
+        html = transcript_html(view) + "".join(details_html(view, t.index) for t in view.tokens)
+        assert phrase in html + "".join(why(t, view) for t in view.tokens), phrase

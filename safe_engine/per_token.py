@@ -1,0 +1,63 @@
+"""Per-token ensembling, as UniTE runs it: the baseline whose collapse the paper reports (SAFE.md).
+
+Every step, every model predicts the next token of the same text (the drafter from its own ids, every
+other model from its canonical tokenization of the text) and the union's argmax is committed through the
+drafter. With ``first-subtoken`` (UniTE's code) the drafter appends only its first sub-token of the
+chosen string when the string is not one of its tokens; ``full`` appends its whole spelling.
+
+Two places need no ensemble: inside a UTF-8 character the drafter finishes the character it started
+(no other model has a position there, and splicing another model's whole character in would corrupt
+the text), and under GaC's gate the drafter keeps its own token where its top p ≥ 0.5.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import torch
+
+from . import rules
+from .alignment import complete_utf8_prefix
+from .decoder import Decoder
+from .events import Event
+
+
+def per_token_step(run: Decoder) -> Iterator[Event]:
+    raw = run.response.raw
+    if complete_utf8_prefix(raw) < len(raw):
+        yield from _finish_character(run)
+        return
+    tokenizations = run.verifier_tokenizations(raw)
+    with run.stats.timed("verify"):
+        views = [run.view(run.drafter, run.drafter.logits(run.response.ids, [len(run.response.ids)])[0])]
+        for v, tok in zip(run.verifiers, tokenizations):
+            views.append(run.view(v, v.logits(tok.ids, [len(tok.ids)])[0]))
+            v.forget_before(len(tok.ids))
+    drafter_probs = torch.softmax(views[0].logits.float(), dim=-1)
+    if run.config.ensemble.gated and rules.gate_keeps(drafter_probs.max().item()):
+        own, _ = run.sampler.pick(drafter_probs)
+        run.stats.consensus_skips["gate"] += 1
+        piece = ([own], {"decision": "skipped-consensus", "reason": rules.GATE})
+    else:
+        ids, point = run.ensemble_at(len(run.response.ids), views, int(torch.argmax(drafter_probs)), None, run.config.per_token_commit)
+        yield point
+        reason = rules.RESAMPLED if point.sampled else rules.NO_CONSENSUS
+        piece = (ids, {"decision": "ensembled", "reason": reason, "sharpened": point.sharpening is not None})
+    event = run.commit([piece])
+    # Damage marker: is the place this step committed at a token boundary for each other model, in the new text?
+    flagged = zip(run.verifiers, run.verifier_tokenizations(run.response.raw))
+    event.tokens[0].oov_like_for = [v.name for v, tok in flagged if len(raw) not in tok.boundaries]
+    yield event
+
+
+def _finish_character(run: Decoder) -> Iterator[Event]:
+    """The drafter alone continues a character it has started spelling in bytes."""
+    draft = run.draft(1)
+    if not draft.ids:
+        return
+    yield run.draft_event(draft)
+    for v in run.verifiers:
+        run.stats.oov_skips[v.name] += 1
+    run.stats.accepted_drafts += 1
+    yield run.commit([(draft.ids, {"decision": "skipped-oov", "reason": rules.INSIDE_CHARACTER,
+                                   "oov_like_for": [v.name for v in run.verifiers]})])

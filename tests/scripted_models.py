@@ -1,0 +1,80 @@
+"""Scripted causal LMs: hand-written next-token distributions per context, over tiny real tokenizers.
+
+A scripted model is a real `LoadedModel` that the engine drives like any other (its `DynamicCache`
+holds the token ids it has seen, so cropping and memoised logits run for real); only its distributions
+are written by hand. That pins each SAFE rule in a decode-level test with exact probabilities.
+
+    table = {"": {"Inc": 1.0}, "Inc": {"orr": 1.0}, ...}   # response text so far -> next-token probabilities
+
+Keys are the response text (str, or bytes where it ends inside a character); values map a token of
+that model's vocabulary (str, bytes for a byte piece, or EOS) to its probability. Listed probabilities
+that sum to 1 leave every other token at exactly 0; the rest of the mass is otherwise spread evenly.
+A context missing from the table ends the response (EOS with probability 1).
+"""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+from typing import Mapping
+
+import torch
+
+from safe_engine.alignment import TokenBytes
+from safe_engine.models import LoadedModel, ResolvedSpec
+from tiny_models import EOS, unigram_tokenizer
+
+Table = Mapping[str | bytes, Mapping[str | bytes, float]]
+
+
+class ScriptedLM(torch.nn.Module):
+    def __init__(self, tokenizer, prompt: str, table: Table):
+        super().__init__()
+        self.vocab = TokenBytes(tokenizer)
+        self.eos_id = tokenizer.eos_token_id
+        self.prompt = prompt.encode("utf-8")
+        self.table = table
+        self.config = SimpleNamespace(max_position_embeddings=4096)
+        self.contexts: list[list[int]] = []  # every context a distribution was asked for (tests read it)
+
+    def forward(self, input_ids, past_key_values, use_cache=True, logits_to_keep=None):
+        new = input_ids[0].to(torch.float32).view(1, 1, -1, 1)
+        seen = past_key_values.update(new, new, 0)[0].flatten().long().tolist()  # the cache holds the ids
+        start = len(seen) - input_ids.shape[1]
+        rows = [self.next_logits(seen[: start + p + 1]) for p in logits_to_keep.tolist()]
+        return SimpleNamespace(logits=torch.stack(rows)[None])
+
+    def next_logits(self, ids: list[int]) -> torch.Tensor:
+        self.contexts.append(ids)
+        raw = self.vocab.join(ids)
+        assert raw.startswith(self.prompt), "a scripted model only answers its own prompt"
+        response = raw[len(self.prompt) :]
+        try:
+            key: str | bytes = response.decode("utf-8")
+        except UnicodeDecodeError:
+            key = response
+        probs = self.table.get(key, {EOS: 1.0})
+        logits = torch.full((len(self.vocab),), -math.inf)
+        for token, p in probs.items():
+            logits[self.token_id(token)] = math.log(p) if p > 0 else -math.inf
+        rest = 1.0 - sum(probs.values())
+        if rest > 1e-9:
+            others = logits == -math.inf
+            logits[others] = math.log(rest / int(others.sum()))
+        return logits
+
+    def token_id(self, token: str | bytes) -> int:
+        if token == EOS:
+            return self.eos_id
+        raw = token if isinstance(token, bytes) else token.encode("utf-8")
+        if raw not in self.vocab.id_of_bytes:
+            raise KeyError(f"{token!r} is not one token of this scripted model's vocabulary")
+        return self.vocab.id_of_bytes[raw]
+
+
+def scripted(name: str, pieces: list[str], table: Table, prompt: str) -> LoadedModel:
+    """A scripted model whose vocabulary holds `pieces` (longer pieces win, like a trained tokenizer)."""
+    tokenizer = unigram_tokenizer(pieces)
+    model = ScriptedLM(tokenizer, prompt, table)
+    return LoadedModel(ResolvedSpec(f"scripted:{name}", "folder", name), name, model, tokenizer, "cpu", torch.float32,
+                       False, frozenset({tokenizer.eos_token_id}))
