@@ -1,0 +1,146 @@
+"""Prove the rule tests bite: break each SAFE rule in a copy of the project and check the quick tests fail.
+
+    python scripts/mutations.py [--list] [--only NAME ...]
+
+Each mutation replaces one exact piece of code (which must occur exactly once, so the list breaks loudly
+when the code moves) in a temporary copy of the project; the tests below run against that copy and
+must fail. The unmutated copy must pass first. Exit status 0 only when every mutation is killed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TESTS = ["tests/test_rules.py", "tests/test_sampling.py", "tests/test_ensemble.py", "tests/test_decoding.py"]
+COPIED = ["safe_engine", "tests", "pytest.ini"]
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    rule: str
+    path: str
+    old: str
+    new: str
+
+
+MUTATIONS = [
+    Mutation("oov-boundary-after", "OOV-like: the boundary *before* the drafted token", "safe_engine/safe.py",
+             "for j, (s, _) in enumerate(spans)", "for j, (_, s) in enumerate(spans)"),
+    Mutation("oov-any-verifier", "OOV-like: safe for *every* verifier", "safe_engine/rules.py",
+             "return all(index is not None for index in own_tokens)", "return any(index is not None for index in own_tokens)"),
+    Mutation("inside-character", "never ensemble inside a UTF-8 character (SAFE)", "safe_engine/safe.py",
+             "[None if inside[j] else _own_token(", "[None if False else _own_token("),
+    Mutation("no-unanimity", "unanimity keeps the draft", "safe_engine/rules.py",
+             "    if all(agrees):\n        return UNANIMITY", "    if False:\n        return UNANIMITY"),
+    Mutation("unanimity-any", "unanimity needs every verifier", "safe_engine/rules.py",
+             "    if all(agrees):", "    if any(agrees):"),
+    Mutation("mean-not-strict", "mean > ½ is strict", "safe_engine/rules.py",
+             "mean_p > CONSENSUS_THRESHOLD", "mean_p >= CONSENSUS_THRESHOLD"),
+    Mutation("mean-unweighted", "weighted consensus threshold", "safe_engine/rules.py",
+             "sum(w * p for w, p in zip(weights, probs)) / sum(weights)", "sum(probs) / len(probs)"),
+    Mutation("weights-by-role", "weights belong to models, not roles", "safe_engine/decoder.py",
+             "weights[i] / sum(weights))", "weights[order.index(i)] / sum(weights))"),
+    Mutation("exact-keeps-scanning", "exact mode drops the draft after any ensemble", "safe_engine/safe.py",
+             'if point.changed or run.config.safe_mode == "exact":', "if point.changed:"),
+    Mutation("replacement-keeps-scanning", "a replacement drops the rest of the draft", "safe_engine/safe.py",
+             'if point.changed or run.config.safe_mode == "exact":', 'if run.config.safe_mode == "exact":'),
+    Mutation("draft-past-eos", "EOS ends a draft", "safe_engine/decoder.py",
+             "                if token in eos:\n                    break", "                if False:\n                    break"),
+    Mutation("lookahead-4", "default n = 5", "safe_engine/decoder.py",
+             "    lookahead: int = 5", "    lookahead: int = 4"),
+    Mutation("top-k-8", "default k = 10", "safe_engine/ensemble.py", "    top_k: int = 10", "    top_k: int = 8"),
+    Mutation("sharpen-at-half", "sharpen only when max < ½", "safe_engine/ensemble.py",
+             "before.max().item() < 0.5", "before.max().item() <= 0.5"),
+    Mutation("sharpen-never", "sharpening runs when the ensemble is too smooth", "safe_engine/ensemble.py",
+             'if config.sharpen != "none" and before.max()', 'if False and before.max()'),
+    Mutation("geometric-is-arithmetic", "geometric sharpening is wired", "safe_engine/ensemble.py",
+             "after = sharpen_geometric(per_model, weights)", "after = before.clone()"),
+    Mutation("space-anchor-as-any-whitespace", "only the single space is no anchor", "safe_engine/ensemble.py",
+             'a == b" " or probs[a_index] <= lam', "not a.strip() or probs[a_index] <= lam"),
+    Mutation("fill-skips-all-whitespace", "the fill skips only the bare space", "safe_engine/ensemble.py",
+             'if vocab[i] != b" "), pieces[0]', 'if vocab[i].strip() != b""), pieces[0]'),
+    Mutation("no-gac-gate-safe", "GaC's gate (SAFE)", "safe_engine/safe.py",
+             "run.config.ensemble.gated and rules.gate_keeps", "False and rules.gate_keeps"),
+    Mutation("no-gac-gate-per-token", "GaC's gate (per-token)", "safe_engine/per_token.py",
+             "run.config.ensemble.gated and rules.gate_keeps", "False and rules.gate_keeps"),
+    Mutation("gate-on-for-unite", "the gate is on by default for GaC only", "safe_engine/ensemble.py",
+             'return self.method == "gac" if self.gate is None else self.gate', "return True if self.gate is None else self.gate"),
+    Mutation("per-token-full-spelling", "UniTE's first-sub-token commit", "safe_engine/decoder.py",
+             'if spelling == "first-subtoken":', "if False:"),
+    Mutation("per-token-splices-characters", "per-token lets the drafter finish a character", "safe_engine/per_token.py",
+             "if complete_utf8_prefix(raw) < len(raw):", "if False:"),
+    Mutation("sampling-keeps-unanimity", "sampling drops unanimity", "safe_engine/safe.py",
+             "    if run.sampler.greedy:\n        keep = rules.consensus(", "    if True:\n        keep = rules.consensus("),
+    Mutation("acceptance-ignores-p-draft", "accept with min(1, P_ens / P_draft)", "safe_engine/rules.py",
+             "min(1.0, mean_p / p_draft)", "min(1.0, mean_p)"),
+]
+
+
+def copy_project(target: Path) -> None:
+    for name in COPIED:
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, target / name, ignore=shutil.ignore_patterns("__pycache__", ".hypothesis"))
+        else:
+            shutil.copy2(source, target / name)
+
+
+def apply(target: Path, mutation: Mutation) -> None:
+    path = target / mutation.path
+    code = path.read_text(encoding="utf-8")
+    count = code.count(mutation.old)
+    if count != 1:
+        raise SystemExit(f"mutation {mutation.name}: the code to mutate occurs {count} times in {mutation.path}; update the list")
+    path.write_text(code.replace(mutation.old, mutation.new), encoding="utf-8")
+
+
+def tests_pass(folder: Path) -> bool:
+    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "not real_models", *TESTS]
+    done = subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=600)
+    if done.returncode not in (0, 1):
+        raise SystemExit(f"pytest could not run in {folder} (exit {done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    return done.returncode == 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--list", action="store_true", help="list the mutations and exit")
+    parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these mutations")
+    args = parser.parse_args()
+    chosen = [m for m in MUTATIONS if not args.only or m.name in args.only]
+    if args.list or not chosen:
+        for m in MUTATIONS:
+            print(f"{m.name:32} {m.rule}")
+        return 0 if args.list else 2
+    with tempfile.TemporaryDirectory(prefix="safe-mutations-") as tmp:
+        clean = Path(tmp) / "clean"
+        copy_project(clean)
+        if not tests_pass(clean):
+            print("the unmutated project fails its tests: fix that first", file=sys.stderr)
+            return 1
+        survived = []
+        for m in chosen:
+            folder = Path(tmp) / m.name
+            copy_project(folder)
+            apply(folder, m)
+            started = time.perf_counter()
+            killed = not tests_pass(folder)
+            print(f"{'killed  ' if killed else 'SURVIVED'}  {m.name:32} {m.rule}  ({time.perf_counter() - started:.0f} s)", flush=True)
+            if not killed:
+                survived.append(m.name)
+            shutil.rmtree(folder)
+    print(f"\n{len(chosen) - len(survived)} of {len(chosen)} mutations killed" + (f"; survived: {', '.join(survived)}" if survived else ""))
+    return 1 if survived else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
