@@ -52,6 +52,8 @@ def summarize(events: Sequence[Event], label: str | None = None) -> dict:
         "tokens_per_s": stats["tokens_per_s"],
         "overhead_share": stats["overhead_share"],
         "stop_reason": finished.stop_reason,
+        "temperature": started.config.get("temperature", 0.0),
+        "seed": started.config.get("seed"),
         "stats": stats,
     }
 
