@@ -18,11 +18,12 @@ LEGEND = (
     ("ens repl", "ensembled, replaced", "the struck-out draft precedes the ensemble's choice"),
     ("ens sharp", "ensemble sharpened", "double underline"),
     ("ens damage", "per-token damage", "dashed outline: OOV-like for another model after this commit"),
+    ("forced", "forced (what-if)", "solid frame and a flag: you committed this text here"),
 )
 
 
 def token_classes(t: TokenView) -> str:
-    names = {"accepted": ["acc"], "skipped-consensus": ["cons"], "skipped-oov": ["oov"], "ensembled": ["ens"]}[t.decision]
+    names = {"accepted": ["acc"], "skipped-consensus": ["cons"], "skipped-oov": ["oov"], "ensembled": ["ens"], "forced": ["forced"]}[t.decision]
     if t.reason == "mean>0.5":
         names.append("mean")
     if t.changed:
@@ -49,6 +50,8 @@ def why(t: TokenView, view: RunView) -> str:
     mean = (t.verify or {}).get("mean_p")
     if t.decision == "accepted":
         text = "committed as drafted: one model decodes alone and nothing checks it"
+    elif t.decision == "forced":
+        text = "forced: you committed this text here" + (f" instead of {quoted(t.drafted)}" if t.drafted is not None else " (the strategy picked it too)")
     elif t.decision == "skipped-oov" and t.reason == "inside a character":
         text = "not ensembled: the drafter is in the middle of spelling a character in bytes, where no other model has a position"
     elif t.decision == "skipped-oov":

@@ -32,6 +32,14 @@ class UsageError(SafeEngineError):
     pass
 
 
+def _forced(value: str) -> tuple[int, str]:
+    """INDEX:TEXT, the text taken verbatim after the first colon (leading spaces count)."""
+    index, sep, text = value.partition(":")
+    if not sep or not index.strip().isdigit() or not text:
+        raise argparse.ArgumentTypeError(f"{value!r} is not INDEX:TEXT (e.g. 12: Paris)")
+    return int(index), text
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one clear line instead of usage + message
         raise UsageError(message)
@@ -62,11 +70,15 @@ def _decoding_options(parser: argparse.ArgumentParser, with_strategy: bool, one_
     parser.add_argument("--seed", type=int, help="sampling seed (default: a fresh one, reported in the output)")
     parser.add_argument("--adaptive-lookahead", action="store_true",
                         help="SAFE: draft fewer tokens after a replacement (faster when models disagree often; changes outputs)")
+    parser.add_argument("--damage-kl-steps", type=int, default=DEFAULTS.damage_kl_steps, metavar="N",
+                        help="measure the conditioning-damage KL at most N times (one extra forward pass each; 0: off)")
     parser.add_argument("--device", default="auto", help="auto (cuda, mps, cpu), cpu, cuda, cuda:1, mps")
     parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16"])
     parser.add_argument("--trust-remote-code", action="store_true", help="allow model code from the model folder")
     parser.add_argument("--no-chat-template", action="store_true", help="plain-text prompts for every model")
     if one_prompt:
+        parser.add_argument("--force", action="append", type=_forced, default=[], metavar="INDEX:TEXT",
+                            help="what-if: commit TEXT as token INDEX (0-based) instead of what the strategy picks; repeatable")
         parser.add_argument("--json", action="store_true", help="print one JSON result on stdout")
 
 
@@ -125,6 +137,7 @@ def _config(args, strategy: str) -> DecodeConfig:
         strategy=strategy, max_new_tokens=args.max_new_tokens, lookahead=args.lookahead, drafter=drafter,
         safe_mode=args.safe_mode, per_token_commit=args.per_token_commit, ensemble=ensemble,
         temperature=args.temperature, top_p=args.top_p, seed=args.seed, adaptive_lookahead=args.adaptive_lookahead,
+        force=tuple(getattr(args, "force", [])), damage_kl_steps=args.damage_kl_steps,
     )
     config.validate(len(specs))
     return config

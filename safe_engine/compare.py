@@ -54,6 +54,7 @@ def summarize(events: Sequence[Event], label: str | None = None) -> dict:
         "stop_reason": finished.stop_reason,
         "temperature": started.config.get("temperature", 0.0),
         "seed": started.config.get("seed"),
+        "damage": stats.get("damage", {}),
         "stats": stats,
     }
 

@@ -16,9 +16,12 @@ from typing import Sequence
 import torch
 
 from .alignment import EOS_KEY, CharIndex, Tokenization, complete_utf8_prefix, display_piece, tokenize
+from .damage import DamageMeter
 from .ensemble import METHODS, SHARPENING, EnsembleConfig, EnsembleResult, Key, ModelView, ensemble, first_subtoken
 from .errors import ConfigError
-from .events import Candidate, CommittedToken, DraftToken, EnsemblePoint, RunFinished, RunStarted, TextCommitted, TokensDrafted, UnionRow
+from .events import (
+    Candidate, CommittedToken, DamageMeasured, DraftToken, EnsemblePoint, RunFinished, RunStarted, TextCommitted, TokensDrafted, UnionRow,
+)
 from .models import LoadedModel
 from .runtime import ModelSession
 from .sampling import Sampler, fresh_seed
@@ -44,6 +47,8 @@ class DecodeConfig:
     top_p: float = 1.0
     seed: int | None = None  # None: a fresh seed, reported in RunStarted.config
     adaptive_lookahead: bool = False  # SAFE: draft fewer tokens after a replacement (changes outputs a little)
+    force: tuple[tuple[int, str], ...] = ()  # (committed-token index, text committed there instead): what-if branches
+    damage_kl_steps: int = 16  # conditioning-damage KL measured at most this often (one extra forward each)
 
     def validate(self, model_count: int) -> None:
         ens = self.ensemble
@@ -64,6 +69,10 @@ class DecodeConfig:
             (self.strategy == "single" or model_count >= 2, f"{self.strategy} needs at least two models"),
             (ens.weights is None or len(ens.weights) == model_count, "give one weight per model"),
             (ens.weights is None or (min(ens.weights) >= 0 and sum(ens.weights) > 0), "weights must be ≥ 0, not all 0"),
+            (0 <= self.damage_kl_steps <= MAX_NEW_TOKENS, f"damage KL steps must be 0..{MAX_NEW_TOKENS}"),
+            (all(0 <= i < self.max_new_tokens for i, _ in self.force), "a forced token's index must be below max new tokens"),
+            (all(text for _, text in self.force), "a forced token needs a text"),
+            (len({i for i, _ in self.force}) == len(self.force), "force each token index at most once"),
         ]
         for ok, message in checks:
             if not ok:
@@ -110,6 +119,11 @@ class Response:
     @property
     def text(self) -> str:
         return text_and_index(self.raw)[0]
+
+    @property
+    def complete_length(self) -> int:
+        """Bytes of the response without a character still being spelled at its end."""
+        return complete_utf8_prefix(self.raw)
 
     def take_delta(self) -> str:
         text = self.text
@@ -190,7 +204,12 @@ class Decoder:
         self.verifiers = self.parts[1:]
         self.seed = fresh_seed() if config.seed is None else config.seed
         self.sampler = Sampler(config.temperature, config.top_p, self.seed)
+        self.forced = {index: (text, self._spell_forced(text)) for index, text in config.force}
         self.response = Response(self.drafter.lm)
+        self.damage = DamageMeter([p.name for p in self.parts], config.damage_kl_steps)
+        self.committed_texts: list[str] = []  # every committed token's text (degeneration measures)
+        self._last_commit: TextCommitted | None = None
+        self._measured = 0  # committed tokens when damage was last measured
         self.stats = RunStats(config.strategy)
         self.stats.oov_skips = {v.name: 0 for v in self.verifiers}
         self.round = 0
@@ -226,7 +245,38 @@ class Decoder:
     def finished_event(self) -> RunFinished:
         self.stats.wall_s = time.perf_counter() - self.started
         self.stats.forward = {p.name: asdict(p.session.stats) for p in self.parts}
+        self.stats.damage = self.damage.summary(self.response.text, self.committed_texts)
         return RunFinished(self.response.text, self.stop_reason, self.stats.to_dict())
+
+    def damage_event(self) -> DamageMeasured | None:
+        """The damage measures after the latest commit (None when nothing was committed since the last)."""
+        if self._last_commit is None or self.stats.tokens == self._measured:
+            return None
+        self._measured = self.stats.tokens
+        oov_like = {name for t in self._last_commit.tokens if t.decision != "skipped-oov" for name in t.oov_like_for}
+        self.damage.count_oov_like(oov_like)
+        models = self.damage.measure(self)
+        return DamageMeasured(self.round, self.stats.tokens, {name: m | {"oov_like": name in oov_like} for name, m in models.items()})
+
+    # ---------------------------------------------------------------- what-if: forced commits
+    def _spell_forced(self, text: str) -> list[int]:
+        try:
+            return self.drafter.lm.vocab.encode_bytes(text.encode("utf-8"))
+        except ValueError:
+            raise ConfigError(f"the drafter {self.drafter.name} cannot spell the forced text {text!r}") from None
+
+    def override(self, index: int, piece: tuple[list[int], dict]) -> tuple[tuple[list[int], dict], bool]:
+        """The piece committed at committed-token `index`: a forced text replaces the strategy's pick.
+
+        Returns the piece and whether it differs from the strategy's (then the rest of a draft is stale).
+        """
+        if index not in self.forced:
+            return piece, False
+        _, ids = self.forced[index]
+        picked = self.drafter.lm.vocab.join(piece[0])
+        if picked == self.drafter.lm.vocab.join(ids):  # the strategy's own text: keep its ids, change nothing
+            return (piece[0], {"decision": "forced", "drafted": None}), False
+        return (ids, {"decision": "forced", "drafted": display_piece(picked)}), True
 
     # ---------------------------------------------------------------- drafting
     def draft(self, count: int) -> Draft:
@@ -360,8 +410,10 @@ class Decoder:
         for (ids, info), (s, e) in zip(pieces, spans):
             text = key_text(self.drafter.lm.key_of(ids[0])) if len(ids) == 1 else display_piece(self.drafter.lm.vocab.join(ids))
             tokens.append(CommittedToken(text=text, start=index.char_of_byte(s), end=index.char_of_byte(e), ids=list(ids), **info))
+            self.committed_texts.append(text)
             if any(i in self.drafter.lm.eos_ids for i in ids):
                 self.stop_reason = "eos"
         self.stats.tokens += len(pieces)
         self.drafter.forget_before(len(self.response.ids))
-        return TextCommitted(self.round, self.response.take_delta(), tokens, time.perf_counter() - self.started)
+        self._last_commit = TextCommitted(self.round, self.response.take_delta(), tokens, time.perf_counter() - self.started)
+        return self._last_commit

@@ -28,8 +28,14 @@ def single_round(run: Decoder) -> Iterator[Event]:
     if not draft.ids:
         return
     yield run.draft_event(draft)
-    run.stats.accepted_drafts += len(draft)
-    yield run.commit([([i], {"decision": "accepted"}) for i in draft.ids])
+    pieces = []
+    for token_id in draft.ids:
+        piece, forced = run.override(run.stats.tokens + len(pieces), ([token_id], {"decision": "accepted"}))
+        pieces.append(piece)
+        if forced:  # the rest of the draft followed another text
+            break
+    run.stats.accepted_drafts += sum(1 for _, info in pieces if info["decision"] == "accepted")
+    yield run.commit(pieces)
 
 
 STEPS: dict[str, Callable[[Decoder], Iterator[Event]]] = {"single": single_round, "per-token": per_token_step, "safe": safe_round}
@@ -43,6 +49,9 @@ def _events(run: Decoder) -> Iterator[Event]:
         run.round += 1
         run.stats.rounds += 1
         yield from step(run)
+        damage = run.damage_event()
+        if damage:
+            yield damage
     yield run.finished_event()
 
 

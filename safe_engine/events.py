@@ -11,7 +11,9 @@ into the response text (`TextCommitted.delta`s concatenated). Decisions for a dr
   ``mean>0.5`` (greedy: the ensemble could not change the token), ``gate`` (GaC's gate: the drafter's
   top p ≥ 0.5), ``accepted`` (sampling: kept with probability ``accept_p``);
 - ``ensembled``: the ensemble ran (``reason``: ``no consensus``, or ``resampled`` when sampling;
-  ``EnsemblePoint.changed`` says whether it replaced the token).
+  ``EnsemblePoint.changed`` says whether it replaced the token);
+- ``forced``: the user forced this text here (``DecodeConfig.force``, what-if branching); ``drafted``
+  holds what the strategy would have committed when that differs.
 
 Per-token runs use the same decisions: ``ensembled`` at every step, ``skipped-consensus``/``gate``
 where GaC's gate keeps the drafter's token, ``skipped-oov``/``inside a character`` where the drafter
@@ -24,7 +26,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, Iterable, Iterator
 
-DECISIONS = ("accepted", "skipped-oov", "skipped-consensus", "ensembled")
+DECISIONS = ("accepted", "skipped-oov", "skipped-consensus", "ensembled", "forced")
 
 
 @dataclass
@@ -68,7 +70,7 @@ class CommittedToken:
     end: int
     ids: list[int]
     decision: str
-    drafted: str | None = None  # the drafted token an ensemble replaced
+    drafted: str | None = None  # the drafted token an ensemble replaced (forced: what the strategy would have committed)
     reason: str | None = None
     sharpened: bool = False
     oov_like_for: list[str] = field(default_factory=list)  # models for which ensembling here was OOV-like
@@ -142,14 +144,27 @@ class TextCommitted(Event):
 
 
 @dataclass
+class DamageMeasured(Event):
+    """After each commit (`damage.py`): per model, how many of its context tokens are not its canonical
+    tokenization of the text, the KL of its next-token distribution against the canonical one (None where
+    it was not measured: a canonical context, or past `damage_kl_steps`), and whether this commit left it
+    predicting from a position that is not one of its token boundaries."""
+
+    kind: ClassVar[str] = "damage"
+    round: int
+    tokens: int  # committed tokens so far
+    models: dict[str, dict]  # name -> {"non_canonical": int, "kl": float | None, "oov_like": bool}
+
+
+@dataclass
 class RunFinished(Event):
     kind: ClassVar[str] = "run_finished"
     text: str
     stop_reason: str  # eos | max_new_tokens | stopped
-    stats: dict
+    stats: dict  # RunStats.to_dict(), with "damage": {"models": {name: ...}, "degeneration": {...}} (damage.py)
 
 
-EVENT_TYPES = {cls.kind: cls for cls in (RunStarted, TokensDrafted, PositionVerified, EnsemblePoint, TextCommitted, RunFinished)}
+EVENT_TYPES = {cls.kind: cls for cls in (RunStarted, TokensDrafted, PositionVerified, EnsemblePoint, TextCommitted, DamageMeasured, RunFinished)}
 
 
 def write_jsonl(events: Iterable[Event], handle) -> Iterator[Event]:

@@ -43,6 +43,7 @@ def per_token_step(run: Decoder) -> Iterator[Event]:
         yield point
         reason = rules.RESAMPLED if point.sampled else rules.NO_CONSENSUS
         piece = (ids, {"decision": "ensembled", "reason": reason, "sharpened": point.sharpening is not None})
+    piece, _ = run.override(run.stats.tokens, piece)
     event = run.commit([piece])
     # Damage marker: is the place this step committed at a token boundary for each other model, in the new text?
     flagged = zip(run.verifiers, run.verifier_tokenizations(run.response.raw))
@@ -59,5 +60,6 @@ def _finish_character(run: Decoder) -> Iterator[Event]:
     for v in run.verifiers:
         run.stats.oov_skips[v.name] += 1
     run.stats.accepted_drafts += 1
-    yield run.commit([(draft.ids, {"decision": "skipped-oov", "reason": rules.INSIDE_CHARACTER,
-                                   "oov_like_for": [v.name for v in run.verifiers]})])
+    piece, _ = run.override(run.stats.tokens, (draft.ids, {"decision": "skipped-oov", "reason": rules.INSIDE_CHARACTER,
+                                                        "oov_like_for": [v.name for v in run.verifiers]}))
+    yield run.commit([piece])

@@ -40,19 +40,21 @@ def safe_round(run: Decoder) -> Iterator[Event]:
         info = {"decision": check.decision, "reason": check.reason}
         if check.decision == "skipped-oov":
             info["oov_like_for"] = [v.model for v in check.verifiers if v.oov_like]
-        if check.decision != "ensembled":
-            pieces.append(([token_id], info))
-            continue
-        views = [run.view(run.drafter, draft.logits[j])] + [run.view(v, scores[k][layout.own[j][k]]) for k, v in enumerate(run.verifiers)]
-        ids, point = run.ensemble_at(len(run.response.ids) + j, views, token_id, check.token)
-        yield point
-        info["sharpened"] = point.sharpening is not None
-        pieces.append((ids, info | {"drafted": check.token} if point.changed else info))
-        if point.changed or run.config.safe_mode == "exact":
+        piece, ends_round = ([token_id], info), False
+        if check.decision == "ensembled":
+            views = [run.view(run.drafter, draft.logits[j])] + [run.view(v, scores[k][layout.own[j][k]]) for k, v in enumerate(run.verifiers)]
+            ids, point = run.ensemble_at(len(run.response.ids) + j, views, token_id, check.token)
+            yield point
+            info["sharpened"] = point.sharpening is not None
+            piece = (ids, info | {"drafted": check.token} if point.changed else info)
+            ends_round = point.changed or run.config.safe_mode == "exact"
+        piece, forced = run.override(run.stats.tokens + len(pieces), piece)
+        pieces.append(piece)
+        if ends_round or forced:
             break
-    run.stats.accepted_drafts += sum(1 for _, info in pieces if "drafted" not in info)
+    run.stats.accepted_drafts += sum(1 for _, info in pieces if info.get("drafted") is None)
     if run.config.adaptive_lookahead:
-        adapt_lookahead(run, replaced="drafted" in pieces[-1][1], committed=len(pieces))
+        adapt_lookahead(run, replaced=pieces[-1][1].get("drafted") is not None, committed=len(pieces))
     yield run.commit(pieces)
 
 

@@ -6,7 +6,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
-PHASES = ("draft", "verify", "ensemble", "retokenize")
+PHASES = ("draft", "verify", "ensemble", "retokenize", "damage")
 
 
 @dataclass
@@ -24,6 +24,7 @@ class RunStats:
     forward: dict[str, dict] = field(default_factory=dict)  # per model: passes, positions, seconds
     time_split: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
     wall_s: float = 0.0
+    damage: dict = field(default_factory=dict)  # damage.DamageMeter.summary(), filled when the run ends
 
     @contextmanager
     def timed(self, phase: str):

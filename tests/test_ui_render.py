@@ -8,7 +8,7 @@ import pytest
 from components import charts
 from components.settings import MAX_NEW_TOKENS, build, parse_specs
 from components.text import plot_label
-from components.transcript import compare_html, details_html, legend_html, metrics_html, status_html, transcript_html
+from components.transcript import LEGEND, compare_html, details_html, legend_html, metrics_html, status_html, transcript_html
 from components.view import RunView, TraceError, read_trace, save_trace, split_runs
 from safe_engine.errors import ConfigError, ModelSpecError
 from safe_engine.events import (
@@ -110,7 +110,7 @@ def test_details_legend_metrics_status_escape(view):
     assert "Click a token" in details_html(view, None)
     assert "&lt;script&gt;" in metrics_html(view) and "<script" not in metrics_html(view)
     assert "<script" not in status_html(EVIL, "warn")
-    assert legend_html().count('class="legend-item"') == 8
+    assert legend_html().count('class="legend-item"') == len(LEGEND) == 9
     grid = compare_html([view, RunView.of(synthetic_run("per-token"))])
     assert grid.count('class="card"') == 2 and "OOV-like damage 1" in grid and "<script" not in grid
 
