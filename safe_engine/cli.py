@@ -70,6 +70,12 @@ def _decoding_options(parser: argparse.ArgumentParser, with_strategy: bool, one_
     parser.add_argument("--seed", type=int, help="sampling seed (default: a fresh one, reported in the output)")
     parser.add_argument("--adaptive-lookahead", action="store_true",
                         help="SAFE: draft fewer tokens after a replacement (faster when models disagree often; changes outputs)")
+    parser.add_argument("--stop", action="append", default=[], metavar="TEXT",
+                        help="end the run at this text (repeatable; not inside the response's leading whitespace)")
+    parser.add_argument("--draft-gate", type=float, default=DEFAULTS.draft_gate, metavar="TAU",
+                        help="SAFE: end a draft right after a token the drafter gives p < TAU (0: off)")
+    parser.add_argument("--cpu-int8", action="store_true",
+                        help="int8 weights on the CPU (about twice as fast per step; outputs can change, see README)")
     parser.add_argument("--damage-kl-steps", type=int, default=DEFAULTS.damage_kl_steps, metavar="N",
                         help="measure the conditioning-damage KL at most N times (one extra forward pass each; 0: off)")
     parser.add_argument("--device", default="auto", help="auto (cuda, mps, cpu), cpu, cuda, cuda:1, mps")
@@ -137,7 +143,8 @@ def _config(args, strategy: str) -> DecodeConfig:
         strategy=strategy, max_new_tokens=args.max_new_tokens, lookahead=args.lookahead, drafter=drafter,
         safe_mode=args.safe_mode, per_token_commit=args.per_token_commit, ensemble=ensemble,
         temperature=args.temperature, top_p=args.top_p, seed=args.seed, adaptive_lookahead=args.adaptive_lookahead,
-        force=tuple(getattr(args, "force", [])), damage_kl_steps=args.damage_kl_steps,
+        force=tuple(getattr(args, "force", [])), damage_kl_steps=args.damage_kl_steps, stop=tuple(args.stop),
+        draft_gate=args.draft_gate,
     )
     config.validate(len(specs))
     return config
@@ -148,7 +155,7 @@ def _progress(message: str) -> None:
 
 
 def _load(args):
-    options = LoadOptions(args.device, args.dtype, args.trust_remote_code, not args.no_chat_template)
+    options = LoadOptions(args.device, args.dtype, args.trust_remote_code, not args.no_chat_template, cpu_int8=args.cpu_int8)
     return load_models(args.models, options, _progress)
 
 

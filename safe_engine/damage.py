@@ -105,7 +105,7 @@ class DamageMeter:
         kl = None
         own = self.models[drafter.name]
         own.non_canonical, own.non_canonical_max = count, max(own.non_canonical_max, count)
-        if count and complete == len(raw) and run.remaining() > 0 and run.stop_reason != "eos":  # a next prediction follows
+        if count and complete == len(raw) and not run.ended:  # a next prediction follows
             own.kl_eligible += 1
             if self.kl_left > 0:
                 self.kl_left -= 1

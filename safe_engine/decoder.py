@@ -47,6 +47,8 @@ class DecodeConfig:
     top_p: float = 1.0
     seed: int | None = None  # None: a fresh seed, reported in RunStarted.config
     adaptive_lookahead: bool = False  # SAFE: draft fewer tokens after a replacement (changes outputs a little)
+    draft_gate: float = 0.0  # SAFE: end a round's draft right after a token the drafter gave p < this (0: off)
+    stop: tuple[str, ...] = ()  # the run ends at the first of these strings after the response's leading whitespace
     force: tuple[tuple[int, str], ...] = ()  # (committed-token index, text committed there instead): what-if branches
     damage_kl_steps: int = 16  # conditioning-damage KL measured at most this often (one extra forward each)
 
@@ -70,6 +72,8 @@ class DecodeConfig:
             (ens.weights is None or len(ens.weights) == model_count, "give one weight per model"),
             (ens.weights is None or (min(ens.weights) >= 0 and sum(ens.weights) > 0), "weights must be ≥ 0, not all 0"),
             (0 <= self.damage_kl_steps <= MAX_NEW_TOKENS, f"damage KL steps must be 0..{MAX_NEW_TOKENS}"),
+            (0 <= self.draft_gate < 1, "the draft gate must be in [0, 1)"),
+            (all(self.stop), "a stop sequence cannot be empty"),
             (all(0 <= i < self.max_new_tokens for i, _ in self.force), "a forced token's index must be below max new tokens"),
             (all(text for _, text in self.force), "a forced token needs a text"),
             (len({i for i, _ in self.force}) == len(self.force), "force each token index at most once"),
@@ -210,6 +214,8 @@ class Decoder:
         self.committed_texts: list[str] = []  # every committed token's text (degeneration measures)
         self._last_commit: TextCommitted | None = None
         self._measured = 0  # committed tokens when damage was last measured
+        self._stops = [text.encode("utf-8") for text in config.stop]
+        self.stop_end: int | None = None  # where the first stop sequence ends in the response (bytes)
         self.stats = RunStats(config.strategy)
         self.stats.oov_skips = {v.name: 0 for v in self.verifiers}
         self.round = 0
@@ -236,17 +242,23 @@ class Decoder:
     def remaining(self) -> int:
         return self.config.max_new_tokens - self.stats.tokens
 
+    @property
+    def ended(self) -> bool:
+        """The response is over: an end token, a stop sequence or the token limit."""
+        return self.stop_reason in ("eos", "stop") or self.remaining() <= 0
+
     def done(self) -> bool:
         if self.stop.is_set():
             self.stop_reason = "stopped"
             return True
-        return self.stop_reason == "eos" or self.remaining() <= 0
+        return self.ended
 
     def finished_event(self) -> RunFinished:
         self.stats.wall_s = time.perf_counter() - self.started
         self.stats.forward = {p.name: asdict(p.session.stats) for p in self.parts}
-        self.stats.damage = self.damage.summary(self.response.text, self.committed_texts)
-        return RunFinished(self.response.text, self.stop_reason, self.stats.to_dict())
+        text = self.response.text if self.stop_end is None else text_and_index(self.response.raw[: self.stop_end])[0]
+        self.stats.damage = self.damage.summary(text, self.committed_texts)
+        return RunFinished(text, self.stop_reason, self.stats.to_dict())
 
     def damage_event(self) -> DamageMeasured | None:
         """The damage measures after the latest commit (None when nothing was committed since the last)."""
@@ -279,8 +291,9 @@ class Decoder:
         return (ids, {"decision": "forced", "drafted": display_piece(picked)}), True
 
     # ---------------------------------------------------------------- drafting
-    def draft(self, count: int) -> Draft:
-        """Up to `count` tokens from the drafter (greedy or sampled), ending early at its EOS."""
+    def draft(self, count: int, gate: float = 0.0) -> Draft:
+        """Up to `count` tokens from the drafter (greedy or sampled), ending early at its EOS, or right
+        after a token it gave a probability below `gate` (the token most likely to be ensembled away)."""
         draft = Draft()
         eos = self.drafter.lm.eos_ids
         with self.stats.timed("draft"):
@@ -296,6 +309,8 @@ class Decoder:
                 draft.probs.append(probs)
                 draft.drawn_p.append(drawn_p)
                 if token in eos:
+                    break
+                if probs[token].item() < gate:
                     break
         self.stats.drafted += len(draft)
         return draft
@@ -403,8 +418,15 @@ class Decoder:
 
     # ---------------------------------------------------------------- committing
     def commit(self, pieces: list[tuple[list[int], dict]]) -> TextCommitted:
-        """Append (ids, CommittedToken fields) pieces to the response; count them and announce them."""
-        spans = [self.response.commit(ids) for ids, _ in pieces]
+        """Append (ids, CommittedToken fields) pieces to the response; count them and announce them.
+
+        A piece that completes a stop sequence is the last one committed."""
+        spans = []
+        for ids, _ in pieces:
+            spans.append(self.response.commit(ids))
+            if self._stopped_at(spans[-1][0]):
+                pieces = pieces[: len(spans)]
+                break
         _, index = text_and_index(self.response.raw)
         tokens = []
         for (ids, info), (s, e) in zip(pieces, spans):
@@ -417,3 +439,16 @@ class Decoder:
         self.drafter.forget_before(len(self.response.ids))
         self._last_commit = TextCommitted(self.round, self.response.take_delta(), tokens, time.perf_counter() - self.started)
         return self._last_commit
+
+    def _stopped_at(self, piece_start: int) -> bool:
+        """Whether a stop sequence now ends in the response (searched from where it could newly end)."""
+        raw = self.response.raw
+        lead = len(raw) - len(raw.lstrip())  # a stop sequence in the leading whitespace does not count
+        for stop in self._stops:
+            found = raw.find(stop, max(lead, piece_start - len(stop) + 1))
+            if found >= 0:
+                end = found + len(stop)
+                self.stop_end = end if self.stop_end is None else min(self.stop_end, end)
+        if self.stop_end is not None:
+            self.stop_reason = "stop"
+        return self.stop_end is not None

@@ -160,7 +160,7 @@ class DamageMeasured(Event):
 class RunFinished(Event):
     kind: ClassVar[str] = "run_finished"
     text: str
-    stop_reason: str  # eos | max_new_tokens | stopped
+    stop_reason: str  # eos | stop (a stop sequence; `text` ends right after it) | max_new_tokens | stopped
     stats: dict  # RunStats.to_dict(), with "damage": {"models": {name: ...}, "degeneration": {...}} (damage.py)
 
 

@@ -107,6 +107,7 @@ class LoadOptions:
     trust_remote_code: bool = False
     chat_template: bool = True
     attn_implementation: str | None = None
+    cpu_int8: bool = False  # int8 weights, dynamically quantized activations (every Linear layer, the LM head included)
 
 
 @dataclass
@@ -121,6 +122,7 @@ class LoadedModel:
     dtype: object
     use_chat_template: bool
     eos_ids: frozenset[int] = field(default_factory=frozenset)
+    int8: bool = False
 
     @cached_property
     def vocab(self) -> TokenBytes:
@@ -161,7 +163,7 @@ class LoadedModel:
             "name": self.name,
             "spec": self.spec.spec,
             "device": self.device,
-            "dtype": str(self.dtype).replace("torch.", ""),
+            "dtype": "int8" if self.int8 else str(self.dtype).replace("torch.", ""),
             "vocab_size": len(self.tokenizer),
             "chat_template": self.use_chat_template and self.has_chat_template,
         }
@@ -195,7 +197,9 @@ def load_model(spec: str, options: LoadOptions = LoadOptions(), progress: Progre
 
     resolved = resolve_spec(spec)
     device = pick_device(options.device)
-    dtype = pick_dtype(device, options.dtype)
+    if options.cpu_int8 and device != "cpu":
+        raise ModelLoadError(f"int8 weights run on the CPU only, and {spec} would load on {device}: add --device cpu or drop --cpu-int8")
+    dtype = torch.float32 if options.cpu_int8 else pick_dtype(device, options.dtype)
     source, extra = _source(resolved, progress)
     kwargs = dict(trust_remote_code=options.trust_remote_code, local_files_only=_offline(), **extra)
     if not extra:  # GGUF files carry their config inside
@@ -223,6 +227,10 @@ def load_model(spec: str, options: LoadOptions = LoadOptions(), progress: Progre
         if "memory" in str(exc).lower():
             raise ModelLoadError(f"not enough memory on {device} to load {spec}") from exc
         raise
+    if options.cpu_int8:
+        if progress:
+            progress(f"quantizing {resolved.short_name} to int8")
+        model = quantize_int8(model)
     return LoadedModel(
         spec=resolved,
         name=resolved.short_name,
@@ -232,7 +240,24 @@ def load_model(spec: str, options: LoadOptions = LoadOptions(), progress: Progre
         dtype=dtype,
         use_chat_template=options.chat_template,
         eos_ids=_eos_ids(model, tokenizer),
+        int8=options.cpu_int8,
     )
+
+
+def quantize_int8(model):
+    """Every Linear layer (the 262k-row LM head of Gemma too) with int8 weights and activations quantized
+    on the fly: about twice as fast per step on a CPU, at a small cost in fidelity (README, measured).
+
+    torch.ao's dynamic quantization, not torchao: torchao 0.18's int8 configs have no fast CPU kernels
+    and ran about ten times slower than fp32 on this kind of machine. torch marks these APIs deprecated.
+    """
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*deprecat", category=Warning)
+        return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
 
 
 def _eos_ids(model, tokenizer) -> frozenset[int]:

@@ -8,7 +8,7 @@ import pytest
 
 from safe_engine import cli
 from safe_engine.bench import Bench, Example, build_prompt, load_task, runner, score, strategy_labels
-from safe_engine.bench.prompts import answer_complete, answer_span
+from safe_engine.bench.prompts import STOPS, answer_span
 from safe_engine.bench.scoring import extract_choice, extract_number, last_boxed, to_number
 from safe_engine.bench.store import RESULTS, claim, load_results, open_for_append, result_key
 from safe_engine.bench.tasks import TASKS_DIR, builtin_tasks
@@ -110,9 +110,7 @@ def test_unknown_scorer_is_refused():
 def test_direct_style_reads_the_first_line_and_stops_after_it():
     assert answer_span("\n  Paris\nQuestion: What is 2 + 2?\nAnswer: 4", "direct") == "Paris"
     assert answer_span("a\nb", "cot") == "a\nb"
-    assert not answer_complete("\n\n Par", "direct")
-    assert answer_complete("\n Paris\n", "direct")
-    assert not answer_complete("Step 1\nStep 2\n", "cot")
+    assert STOPS == {"direct": ("\n",), "cot": ()}  # how the engine applies them: tests/test_levers.py
 
 
 def test_prompt_templates():

@@ -1,7 +1,8 @@
 """Prompt templates per answer kind and style, and where each style's answer lies in a response.
 
 ``direct`` asks for the answer alone and reads the first non-empty line: small base models keep writing
-new "Question: ..." lines after answering, and that chatter must neither count nor cost decoding time.
+new "Question: ..." lines after answering, and that chatter must neither count nor cost decoding time
+(the run stops at the newline after the answer, `STOPS`).
 ``cot`` is the paper's zero-shot chain of thought and reads the whole response. The engine then
 applies each model's own chat template (or none) to the prompt built here.
 """
@@ -37,6 +38,6 @@ def answer_span(response: str, style: str) -> str:
     return next((line.strip() for line in response.splitlines() if line.strip()), "")
 
 
-def answer_complete(response: str, style: str) -> bool:
-    """True once more decoding cannot change the answer span (a direct answer's line has ended)."""
-    return style == "direct" and "\n" in response.lstrip()
+STOPS = {"direct": ("\n",), "cot": ()}
+"""Stop sequences per style: a direct answer's line has ended once a newline follows it (the engine does
+not count a stop sequence inside the response's leading whitespace)."""

@@ -8,16 +8,16 @@ All strategies of one example run back to back, so an interrupted benchmark stil
 from __future__ import annotations
 
 import threading
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Iterator, Sequence
 
 from ..compare import comparison_plan, summarize, warm_up
 from ..decoding import DecodeConfig, decode
 from ..errors import ConfigError
-from ..events import RunFinished, RunStarted, TextCommitted
+from ..events import RunFinished, RunStarted
 from ..models import LoadedModel
 from . import store
-from .prompts import answer_complete, answer_span, build_prompt
+from .prompts import STOPS, answer_span, build_prompt
 from .scoring import score
 from .tasks import Example
 
@@ -82,16 +82,8 @@ def run_example(example: Example, label: str, models: Sequence[LoadedModel], con
                 stop: threading.Event | None = None) -> dict | None:
     """Decode one prompt with one strategy and score it; None when `stop` was set meanwhile."""
     prompt = build_prompt(example, style)
-    halt = threading.Event()
-    ends, text, answered = [], "", False
-    for event in decode(models, prompt, config, halt):
-        if isinstance(event, (RunStarted, RunFinished)):
-            ends.append(event)
-        elif isinstance(event, TextCommitted):
-            text += event.delta
-            answered = answered or answer_complete(text, style)
-        if answered or (stop is not None and stop.is_set()):
-            halt.set()
+    config = replace(config, stop=config.stop + STOPS[style])
+    ends = [event for event in decode(models, prompt, config, stop) if isinstance(event, (RunStarted, RunFinished))]
     if stop is not None and stop.is_set():
         return None
     run = summarize(ends, label)
@@ -113,5 +105,5 @@ def run_example(example: Example, label: str, models: Sequence[LoadedModel], con
         "consensus_skips": sum(run["consensus_skips"].values()),
         "wall_s": run["wall_s"],
         "tokens_per_s": run["tokens_per_s"],
-        "stop_reason": "answer-line" if answered else run["stop_reason"],
+        "stop_reason": run["stop_reason"],
     }
