@@ -20,12 +20,13 @@ DEFAULT_MODELS = ("embedded:gemma-3-270m", "embedded:smollm2-135m-instruct")
 """Gemma drafts (the stronger copier, and its 262k-row head is costly as a verifier); SmolLM2 verifies."""
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
 @dataclass(frozen=True)
 class ResolvedSpec:
     spec: str
-    kind: str  # embedded | folder | gguf | hub
+    kind: str  # embedded | folder | tokenizer (a folder with a tokenizer only) | gguf | hub
     location: str
     gguf_file: str | None = None
 
@@ -35,7 +36,7 @@ class ResolvedSpec:
             return self.location
         if self.kind == "gguf":
             return Path(self.gguf_file).stem
-        return Path(self.location).name if self.kind == "folder" else self.location.split("/")[-1]
+        return Path(self.location).name if self.kind in ("folder", "tokenizer") else self.location.split("/")[-1]
 
 
 def resolve_spec(spec: str) -> ResolvedSpec:
@@ -55,9 +56,11 @@ def resolve_spec(spec: str) -> ResolvedSpec:
             raise ModelSpecError(f"GGUF file not found: {spec}")
         return ResolvedSpec(spec, "gguf", str(path.parent), path.name)
     if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise ModelSpecError(f"{spec} is a folder without config.json: not a Hugging Face model folder")
-        return ResolvedSpec(spec, "folder", str(path))
+        if (path / "config.json").is_file():
+            return ResolvedSpec(spec, "folder", str(path))
+        if any((path / name).is_file() for name in _TOKENIZER_FILES):
+            return ResolvedSpec(spec, "tokenizer", str(path))
+        raise ModelSpecError(f"{spec} is a folder without config.json or a tokenizer: not a Hugging Face model folder")
     if path.exists():
         raise ModelSpecError(f"{spec} is a file, not a model folder or a .gguf file")
     if spec.startswith((".", "/", "~")) or os.sep in spec and not _HUB_ID.match(spec):
@@ -194,6 +197,8 @@ def load_model(spec: str, options: LoadOptions = LoadOptions(), progress: Progre
     from transformers import AutoConfig, AutoModelForCausalLM
 
     resolved = resolve_spec(spec)
+    if resolved.kind == "tokenizer":
+        raise ModelLoadError(f"{spec} holds a tokenizer only (no config.json): tokdiff can compare it, decoding needs a model")
     device = pick_device(options.device)
     dtype = pick_dtype(device, options.dtype)
     source, extra = _source(resolved, progress)
