@@ -39,11 +39,16 @@ def _gpt2_unicode_to_byte() -> dict[str, int]:
 _UNICODE_TO_BYTE = _gpt2_unicode_to_byte()
 
 
-def _decoder_kind(tokenizer) -> str:
+def _backend_spec(tokenizer) -> dict | None:
+    """The fast tokenizer's pipeline as JSON (None for slow tokenizers)."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is None:
+    return None if backend is None else json.loads(backend.to_str())
+
+
+def _decoder_kind(spec: dict | None) -> str:
+    if spec is None:
         return "decode"
-    decoder = json.loads(backend.to_str()).get("decoder") or {}
+    decoder = spec.get("decoder") or {}
     kinds = {decoder.get("type")} | {d.get("type") for d in decoder.get("decoders", []) or []}
     if "ByteLevel" in kinds:
         return "byte-level"
@@ -52,12 +57,50 @@ def _decoder_kind(tokenizer) -> str:
     return "decode"
 
 
+def _without_dummy_prefix(part: dict | None) -> tuple[dict | None, bool]:
+    """A normalizer or pre-tokenizer without SentencePiece's dummy "▁" prefix, and whether it had one."""
+    if not part:
+        return part, False
+    kind = part.get("type")
+    if kind == "Prepend" and part.get("prepend") == "▁":
+        return None, True
+    if kind == "Metaspace":
+        scheme = part.get("prepend_scheme", "always" if part.get("add_prefix_space", True) else "never")
+        if scheme != "never":
+            return {k: v for k, v in part.items() if k != "add_prefix_space"} | {"prepend_scheme": "never"}, True
+    if kind == "Sequence":
+        key = "normalizers" if "normalizers" in part else "pretokenizers"
+        parts = [_without_dummy_prefix(p) for p in part[key]]
+        return part | {key: [p for p, _ in parts if p is not None]}, any(had for _, had in parts)
+    return part, False
+
+
+def _continuation_tokenizer(spec: dict | None):
+    """For tokenizers that put a dummy "▁" before every text (Llama 2, Mistral): the same tokenizer
+    without it, because a response continues its prompt and that space is in neither. None otherwise."""
+    if spec is None:
+        return None
+    normalizer, in_normalizer = _without_dummy_prefix(spec.get("normalizer"))
+    pre_tokenizer, in_pre_tokenizer = _without_dummy_prefix(spec.get("pre_tokenizer"))
+    if not (in_normalizer or in_pre_tokenizer):
+        return None
+    from tokenizers import Tokenizer
+
+    reader = Tokenizer.from_str(json.dumps(spec | {"normalizer": normalizer, "pre_tokenizer": pre_tokenizer}))
+    reader.encode_special_tokens = True  # a response's "<s>" is text the model wrote, not a control token
+    reader.no_truncation()
+    reader.no_padding()
+    return reader
+
+
 class TokenBytes:
     """The exact bytes each token id stands for, and the reverse lookup for single-token strings."""
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
-        self.kind = _decoder_kind(tokenizer)
+        spec = _backend_spec(tokenizer)
+        self.kind = _decoder_kind(spec)
+        self._continuation = _continuation_tokenizer(spec)
         self.special_ids = set(tokenizer.all_special_ids)
         added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
         self.special_ids |= {i for i, tok in added.items() if getattr(tok, "special", False)}
@@ -83,6 +126,15 @@ class TokenBytes:
 
     def __len__(self) -> int:
         return len(self._bytes)
+
+    def read(self, text: str, offsets: bool = False) -> tuple[list[int], list[tuple[int, int]] | None]:
+        """Ids (and character offsets) of `text` read as part of a response: no special tokens added,
+        special-token strings kept as plain text, no dummy prefix. Raises if the tokenizer refuses it."""
+        if self._continuation is not None:
+            encoding = self._continuation.encode(text, add_special_tokens=False)
+            return encoding.ids, encoding.offsets
+        encoding = self.tokenizer(text, add_special_tokens=False, split_special_tokens=True, return_offsets_mapping=offsets)
+        return list(encoding["input_ids"]), encoding.get("offset_mapping")
 
     def __getitem__(self, token_id: int) -> bytes:
         return self._bytes[token_id]
@@ -240,19 +292,20 @@ def tokenize(vocab: TokenBytes, text: str | bytes) -> Tokenization:
 def _tokenize_text(vocab: TokenBytes, text: str) -> Tokenization:
     raw = text.encode("utf-8")
     try:
-        encoding = vocab.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        ids, offsets = vocab.read(text, offsets=True)
     except Exception:  # no byte fallback and no unknown token: the Rust tokenizer refuses the text
         return _tokenize_per_character(vocab, text)
-    ids = list(encoding["input_ids"])
-    joined = vocab.join(ids)
-    if joined == raw:
+    if vocab.join(ids) == raw:
         return Tokenization(ids, vocab.spans(ids), len(raw))
-    if joined == b" " + raw:  # SentencePiece dummy prefix: the first piece carries an extra space
-        spans = [(max(s - 1, 0), e - 1) for s, e in vocab.spans(ids)]
-        return Tokenization(ids, spans, len(raw))
-    # Normalizers that change the text: fall back to the tokenizer's own character offsets.
-    index = CharIndex(text)
-    spans = [(index.byte_of_char(s), index.byte_of_char(e)) for s, e in encoding["offset_mapping"]]
+    # A normalizer changed the text (SentencePiece reads a written "▁" as a space): tokens whose bytes
+    # are in the text at their place keep exact byte spans (byte-fallback pieces inside a character);
+    # the others end where the tokenizer's own character offsets say.
+    index, spans, pos = CharIndex(text), [], 0
+    for token_id, (_, end_char) in zip(ids, offsets):
+        piece = vocab[token_id]
+        end = pos + len(piece) if raw.startswith(piece, pos) else max(pos, index.byte_of_char(end_char))
+        spans.append((pos, end))
+        pos = end
     return Tokenization(ids, spans, len(raw))
 
 
@@ -262,7 +315,7 @@ def _tokenize_per_character(vocab: TokenBytes, text: str) -> Tokenization:
     for ch in text:
         raw = ch.encode("utf-8")
         try:
-            part = list(vocab.tokenizer(ch, add_special_tokens=False)["input_ids"])
+            part = vocab.read(ch)[0]
         except Exception:
             part = []
         if vocab.join(part) == raw:
