@@ -228,6 +228,7 @@ def load_model(spec: str, options: LoadOptions = LoadOptions(), progress: Progre
         if "memory" in str(exc).lower():
             raise ModelLoadError(f"not enough memory on {device} to load {spec}") from exc
         raise
+    _mask_rows_past_tokenizer(model, len(tokenizer))
     return LoadedModel(
         spec=resolved,
         name=resolved.short_name,
@@ -238,6 +239,18 @@ def load_model(spec: str, options: LoadOptions = LoadOptions(), progress: Progre
         use_chat_template=options.chat_template,
         eos_ids=_eos_ids(model, tokenizer),
     )
+
+
+def _mask_rows_past_tokenizer(model, size: int) -> None:
+    """Output rows past the tokenizer's last id (heads padded to a round size, Gemma 3's 262,208 rows
+    for 262,145 tokens) spell nothing, so the model must never pick them: their logits become -inf."""
+
+    def mask(module, args, output):
+        logits = getattr(output, "logits", None)
+        if logits is not None and logits.shape[-1] > size:
+            logits[..., size:] = float("-inf")
+
+    model.register_forward_hook(mask)
 
 
 def _eos_ids(model, tokenizer) -> frozenset[int]:
@@ -251,7 +264,32 @@ def _eos_ids(model, tokenizer) -> frozenset[int]:
     for marker in ("<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|end|>"):
         if marker in vocab:
             ids.add(vocab[marker])
+    turn_end = _turn_end_id(tokenizer)
+    if turn_end is not None:
+        ids.add(turn_end)
     return frozenset(i for i in ids if i is not None and i >= 0)
+
+
+_TURN_PROBE = "Sure."
+
+
+def _turn_end_id(tokenizer) -> int | None:
+    """The special token the chat template closes an assistant turn with, read off the template itself
+    (Llama 3's <|eot_id|>, Command R's <|END_OF_TURN_TOKEN|>): no list of markers to keep up to date."""
+    if not getattr(tokenizer, "chat_template", None):
+        return None
+    conversation = [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": _TURN_PROBE}]
+    try:
+        text = tokenizer.apply_chat_template(conversation, tokenize=False)
+    except Exception:  # a template may refuse this conversation (system turn required, ...)
+        return None
+    if _TURN_PROBE not in text:
+        return None
+    after = text[text.rindex(_TURN_PROBE) + len(_TURN_PROBE) :].lstrip()
+    ids = tokenizer(after, add_special_tokens=False)["input_ids"] if after else []
+    added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+    special = set(tokenizer.all_special_ids) | {i for i, token in added.items() if getattr(token, "special", False)}
+    return ids[0] if ids and ids[0] in special else None
 
 
 def _offline() -> bool:

@@ -44,12 +44,18 @@ def char_tokenizer() -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS)
 
 
-def tiny_model_folder(folder: Path, tokenizer, arch: str = "llama", seed: int = 0, sliding_window: int = 8) -> Path:
-    """Save a random-weight causal LM with peaky output distributions (clear argmaxes) and its tokenizer."""
+def tiny_model_folder(
+    folder: Path, tokenizer, arch: str = "llama", seed: int = 0, sliding_window: int = 8, extra_rows: int = 0
+) -> Path:
+    """Save a random-weight causal LM with peaky output distributions (clear argmaxes) and its tokenizer.
+
+    BOS and EOS come from the tokenizer; `extra_rows` pads the vocabulary past the tokenizer's size, as
+    real checkpoints do (Gemma 3, Qwen).
+    """
     from transformers import AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig
 
     common = dict(
-        vocab_size=len(tokenizer),
+        vocab_size=len(tokenizer) + extra_rows,
         hidden_size=32,
         intermediate_size=64,
         num_hidden_layers=2,
@@ -57,7 +63,7 @@ def tiny_model_folder(folder: Path, tokenizer, arch: str = "llama", seed: int = 
         num_key_value_heads=2,
         max_position_embeddings=512,
         eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=None,
+        bos_token_id=tokenizer.bos_token_id,
         pad_token_id=None,
         initializer_range=0.3,
     )
