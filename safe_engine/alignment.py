@@ -75,22 +75,12 @@ def _without_dummy_prefix(part: dict | None) -> tuple[dict | None, bool]:
     return part, False
 
 
-def _continuation_tokenizer(spec: dict | None):
-    """For tokenizers that put a dummy "▁" before every text (Llama 2, Mistral): the same tokenizer
-    without it, because a response continues its prompt and that space is in neither. None otherwise."""
-    if spec is None:
-        return None
+def _reading_spec(spec: dict) -> tuple[dict, bool]:
+    """The pipeline that reads a response, and whether it differs from `spec`: tokenizers that put a
+    dummy "▁" before every text (Llama 2, Mistral) must not, as a response continues its prompt."""
     normalizer, in_normalizer = _without_dummy_prefix(spec.get("normalizer"))
     pre_tokenizer, in_pre_tokenizer = _without_dummy_prefix(spec.get("pre_tokenizer"))
-    if not (in_normalizer or in_pre_tokenizer):
-        return None
-    from tokenizers import Tokenizer
-
-    reader = Tokenizer.from_str(json.dumps(spec | {"normalizer": normalizer, "pre_tokenizer": pre_tokenizer}))
-    reader.encode_special_tokens = True  # a response's "<s>" is text the model wrote, not a control token
-    reader.no_truncation()
-    reader.no_padding()
-    return reader
+    return spec | {"normalizer": normalizer, "pre_tokenizer": pre_tokenizer}, in_normalizer or in_pre_tokenizer
 
 
 class TokenBytes:
@@ -100,7 +90,8 @@ class TokenBytes:
         self.tokenizer = tokenizer
         spec = _backend_spec(tokenizer)
         self.kind = _decoder_kind(spec)
-        self._continuation = _continuation_tokenizer(spec)
+        self._fast = spec is not None
+        self._dummy_prefix = self._fast and _reading_spec(spec)[1]
         self.special_ids = set(tokenizer.all_special_ids)
         added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
         self.special_ids |= {i for i, tok in added.items() if getattr(tok, "special", False)}
@@ -130,11 +121,30 @@ class TokenBytes:
     def read(self, text: str, offsets: bool = False) -> tuple[list[int], list[tuple[int, int]] | None]:
         """Ids (and character offsets) of `text` read as part of a response: no special tokens added,
         special-token strings kept as plain text, no dummy prefix. Raises if the tokenizer refuses it."""
-        if self._continuation is not None:
-            encoding = self._continuation.encode(text, add_special_tokens=False)
-            return encoding.ids, encoding.offsets
-        encoding = self.tokenizer(text, add_special_tokens=False, split_special_tokens=True, return_offsets_mapping=offsets)
-        return list(encoding["input_ids"]), encoding.get("offset_mapping")
+        if not self._fast:
+            encoding = self.tokenizer(text, add_special_tokens=False, split_special_tokens=True, return_offsets_mapping=offsets)
+            return list(encoding["input_ids"]), encoding.get("offset_mapping")
+        if not self._dummy_prefix:
+            encoding = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=offsets)
+            ids = list(encoding["input_ids"])
+            if not self.special_ids.intersection(ids):
+                return ids, encoding.get("offset_mapping")
+        encoding = self._reader.encode(text, add_special_tokens=False)
+        return encoding.ids, encoding.offsets
+
+    @cached_property
+    def _reader(self):
+        """A private copy of the fast tokenizer that reads responses (`read`). Private, because the
+        wrapper's switch for special-token strings is shared state that a prompt being encoded in another
+        thread would flip; built on first need, because a copy of a large vocabulary costs hundreds of MB."""
+        from tokenizers import Tokenizer
+
+        spec, _ = _reading_spec(json.loads(self.tokenizer.backend_tokenizer.to_str()))
+        reader = Tokenizer.from_str(json.dumps(spec))
+        reader.encode_special_tokens = True  # a response's "<s>" is text the model wrote, not a control token
+        reader.no_truncation()
+        reader.no_padding()
+        return reader
 
     def __getitem__(self, token_id: int) -> bytes:
         return self._bytes[token_id]

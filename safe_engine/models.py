@@ -259,7 +259,8 @@ def _eos_ids(model, tokenizer) -> frozenset[int]:
         value = getattr(source, "eos_token_id", None)
         if value is not None:
             ids |= set(value) if isinstance(value, (list, tuple, set)) else {value}
-    # Chat models end a turn with their own marker; treat it as the end of the response.
+    # Chat models end a turn with their own marker; treat it as the end of the response. The template
+    # says which (below); these markers cover tokenizers that lost theirs (the embedded Gemma's GGUF).
     vocab = tokenizer.get_vocab()
     for marker in ("<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|end|>"):
         if marker in vocab:

@@ -144,9 +144,8 @@ def build_tokenizer(family: JsFamily, data: dict):
         tok.decoder = decoders.Sequence(
             [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
         )
-    specials = list(family.control) + added
-    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in specials])
-    expected = {s: ids.get(s, len(vocab) + i - len(family.control)) for i, s in enumerate(specials)}
+    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in [*family.control, *added]])
+    expected = {s: ids[s] for s in family.control} | {s: len(vocab) + i for i, s in enumerate(added)}
     if any(tok.token_to_id(s) != i for s, i in expected.items()):
         raise ModelLoadError(f"{family.package}: special tokens did not keep the package's ids")
     bos_id = tok.token_to_id(family.bos)

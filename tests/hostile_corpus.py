@@ -43,7 +43,8 @@ HOSTILE = [
 
 
 def special_strings(tokenizers) -> list[str]:
-    """Every special and added token string of the given tokenizers, from their own metadata."""
+    """The special and added token strings of the given tokenizers, from their own metadata (the first
+    300 added tokens of each: Gemma 3 has 6,384, nearly all <unusedN>)."""
     strings: dict[str, None] = {}
     for tokenizer in tokenizers:
         strings.update(dict.fromkeys(tokenizer.all_special_tokens))

@@ -80,6 +80,8 @@ def test_special_token_strings_in_a_response_are_plain_text():
     assert tokenizer.convert_tokens_to_ids("<|turn|>") in tokenizer(text, add_special_tokens=False).input_ids
     tok = tokenize(vocab, text)
     assert vocab.join(tok.ids) == text.encode() and not set(tok.ids) & vocab.special_ids
+    # The tokenizer the prompts are encoded with (maybe at the same time, in another thread) is untouched.
+    assert tokenizer.backend_tokenizer.encode_special_tokens is False
 
 
 def test_a_written_metaspace_character_is_read_as_a_space_with_exact_spans():

@@ -124,9 +124,8 @@ def test_special_tokens_come_from_the_metadata(models, family):
     lm = models[family]
     tokenizer = lm.tokenizer
     assert {tokenizer.convert_ids_to_tokens(i) for i in lm.eos_ids} == END_TOKENS[family]
-    ids = lm.encode_prompt(PROMPT)
-    if tokenizer.bos_token_id is not None and lm.format_prompt(PROMPT).startswith(tokenizer.bos_token) or not lm.has_chat_template:
-        assert ids[0] == tokenizer.bos_token_id and ids[1] != tokenizer.bos_token_id  # BOS exactly once
+    ids = lm.encode_prompt(PROMPT)  # chat template where the family has one, else plain text
+    assert ids[0] == tokenizer.bos_token_id and ids[1] != tokenizer.bos_token_id  # BOS exactly once
     assert lm.model.config.vocab_size == len(tokenizer) + PADDED.get(family, 0)
 
 

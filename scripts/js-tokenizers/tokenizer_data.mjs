@@ -13,10 +13,12 @@ import { createRequire } from 'node:module';
 const require = createRequire(import.meta.url);
 const NEVER = /(?!)/g;  // a special-token pattern that matches nothing
 
+// Llama 1/2 and Mistral: no BOS, with SentencePiece's dummy prefix (their encoders know no special tokens).
+const sentencePieceEncode = (tok, text) => tok.encode(text, false, true);
+
 const FAMILIES = {
     'llama-3': {
-        load: async () => (await import('llama3-tokenizer-js')),
-        instance: (mod) => mod.default,
+        load: () => import('llama3-tokenizer-js'),
         // The package appends its special tokens to the 128,000 BPE pieces; an instance built with
         // none tells how many pieces come first.
         added: (mod) => mod.default.vocabById.slice(new mod.Llama3Tokenizer(undefined, undefined, []).vocabById.length),
@@ -28,20 +30,8 @@ const FAMILIES = {
         encode: (tok, text, mode) =>
             tok.encode(text, mode === 'text' ? { bos: false, eos: false, specialTokenRegex: NEVER } : { bos: false, eos: false }),
     },
-    'mistral-7b': {
-        load: async () => (await import('mistral-tokenizer-js')),
-        instance: (mod) => mod.default,
-        added: () => [],
-        splitRegex: () => null,
-        encode: (tok, text) => tok.encode(text, false, true),  // no BOS, with SentencePiece's dummy prefix
-    },
-    'llama-2': {
-        load: async () => (await import('llama-tokenizer-js')),
-        instance: (mod) => mod.default,
-        added: () => [],
-        splitRegex: () => null,
-        encode: (tok, text) => tok.encode(text, false, true),
-    },
+    'mistral-7b': { load: () => import('mistral-tokenizer-js'), encode: sentencePieceEncode },
+    'llama-2': { load: () => import('llama-tokenizer-js'), encode: sentencePieceEncode },
 };
 
 function mergePairs(merges) {
@@ -60,11 +50,12 @@ async function main() {
         process.exit(2);
     }
     const mod = await family.load();
-    const tok = family.instance(mod);
+    const tok = mod.default;
     if (command === 'dump') {
-        const added = family.added(mod);
+        const added = family.added?.(mod) ?? [];
         const vocab = tok.vocabById.slice(0, tok.vocabById.length - added.length);
-        process.stdout.write(JSON.stringify({ vocab, merges: mergePairs(tok.merges), added, split_regex: family.splitRegex() }));
+        const splitRegex = family.splitRegex?.() ?? null;
+        process.stdout.write(JSON.stringify({ vocab, merges: mergePairs(tok.merges), added, split_regex: splitRegex }));
         return;
     }
     const texts = JSON.parse(fs.readFileSync(0, 'utf8'));
