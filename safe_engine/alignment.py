@@ -83,6 +83,12 @@ def _reading_spec(spec: dict) -> tuple[dict, bool]:
     return spec | {"normalizer": normalizer, "pre_tokenizer": pre_tokenizer}, in_normalizer or in_pre_tokenizer
 
 
+def special_ids(tokenizer) -> set[int]:
+    """Ids of the tokenizer's special tokens: the named ones and every added token marked special."""
+    added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+    return set(tokenizer.all_special_ids) | {i for i, token in added.items() if getattr(token, "special", False)}
+
+
 class TokenBytes:
     """The exact bytes each token id stands for, and the reverse lookup for single-token strings."""
 
@@ -92,9 +98,7 @@ class TokenBytes:
         self.kind = _decoder_kind(spec)
         self._fast = spec is not None
         self._dummy_prefix = self._fast and _reading_spec(spec)[1]
-        self.special_ids = set(tokenizer.all_special_ids)
-        added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
-        self.special_ids |= {i for i, tok in added.items() if getattr(tok, "special", False)}
+        self.special_ids = special_ids(tokenizer)
         self.byte_piece_ids: set[int] = set()  # SentencePiece "<0xNN>" byte-fallback pieces
         pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
         self._bytes = [self._piece_bytes(i, p) for i, p in enumerate(pieces)]

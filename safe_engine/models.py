@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from .alignment import EOS_KEY, TokenBytes
+from .alignment import EOS_KEY, TokenBytes, special_ids
 from .embedded import EMBEDDED, Progress, ensure_converted
 from .errors import ModelLoadError, ModelSpecError
 
@@ -242,8 +242,8 @@ def load_model(spec: str, options: LoadOptions = LoadOptions(), progress: Progre
 
 
 def _mask_rows_past_tokenizer(model, size: int) -> None:
-    """Output rows past the tokenizer's last id (heads padded to a round size, Gemma 3's 262,208 rows
-    for 262,145 tokens) spell nothing, so the model must never pick them: their logits become -inf."""
+    """Output rows past the tokenizer's last id (heads padded to a round size, as in Qwen's and Gemma 3's
+    larger checkpoints) spell nothing, so the model must never pick them: their logits become -inf."""
 
     def mask(module, args, output):
         logits = getattr(output, "logits", None)
@@ -276,7 +276,7 @@ _TURN_PROBE = "Sure."
 
 def _turn_end_id(tokenizer) -> int | None:
     """The special token the chat template closes an assistant turn with, read off the template itself
-    (Llama 3's <|eot_id|>, Command R's <|END_OF_TURN_TOKEN|>): no list of markers to keep up to date."""
+    (Llama 3's <|eot_id|>, Command R's <|END_OF_TURN_TOKEN|>), so no family needs to be known here."""
     if not getattr(tokenizer, "chat_template", None):
         return None
     conversation = [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": _TURN_PROBE}]
@@ -288,9 +288,7 @@ def _turn_end_id(tokenizer) -> int | None:
         return None
     after = text[text.rindex(_TURN_PROBE) + len(_TURN_PROBE) :].lstrip()
     ids = tokenizer(after, add_special_tokens=False)["input_ids"] if after else []
-    added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
-    special = set(tokenizer.all_special_ids) | {i for i, token in added.items() if getattr(token, "special", False)}
-    return ids[0] if ids and ids[0] in special else None
+    return ids[0] if ids and ids[0] in special_ids(tokenizer) else None
 
 
 def _offline() -> bool:

@@ -37,7 +37,7 @@ END_TOKENS = {
     "mistral-7b": {"</s>"},
     "llama-2": {"</s>"},
 }
-PADDED = {"gemma-3": 64}  # Gemma 3's larger checkpoints have 262,208 output rows for 262,144 tokens
+PADDED = {"gemma-3": 64}  # a padded output layer, as in Gemma 3's larger checkpoints (262,208 rows)
 
 
 @pytest.fixture(scope="module")
