@@ -126,7 +126,9 @@ class TokenBytes:
         """Ids (and character offsets) of `text` read as part of a response: no special tokens added,
         special-token strings kept as plain text, no dummy prefix. Raises if the tokenizer refuses it."""
         if not self._fast:
-            encoding = self.tokenizer(text, add_special_tokens=False, split_special_tokens=True, return_offsets_mapping=offsets)
+            encoding = self.tokenizer(
+                text, add_special_tokens=False, split_special_tokens=True, return_offsets_mapping=offsets
+            )
             return list(encoding["input_ids"]), encoding.get("offset_mapping")
         if not self._dummy_prefix:
             encoding = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=offsets)

@@ -198,7 +198,9 @@ def load_model(spec: str, options: LoadOptions = LoadOptions(), progress: Progre
 
     resolved = resolve_spec(spec)
     if resolved.kind == "tokenizer":
-        raise ModelLoadError(f"{spec} holds a tokenizer only (no config.json): tokdiff can compare it, decoding needs a model")
+        raise ModelLoadError(
+            f"{spec} holds a tokenizer only (no config.json): tokdiff can compare it, decoding needs a model"
+        )
     device = pick_device(options.device)
     dtype = pick_dtype(device, options.dtype)
     source, extra = _source(resolved, progress)

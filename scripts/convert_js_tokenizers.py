@@ -51,7 +51,8 @@ LLAMA2_CHAT = (
     "{% if messages[0]['role'] == 'system' %}{% set system = messages[0]['content'] %}"
     "{% set messages = messages[1:] %}{% else %}{% set system = none %}{% endif %}"
     "{% for message in messages %}{% set content = message['content'] %}"
-    "{% if loop.index0 == 0 and system %}{% set content = '<<SYS>>\\n' + system + '\\n<</SYS>>\\n\\n' + content %}{% endif %}"
+    "{% if loop.index0 == 0 and system %}"
+    "{% set content = '<<SYS>>\\n' + system + '\\n<</SYS>>\\n\\n' + content %}{% endif %}"
     "{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"
     "{% elif message['role'] == 'assistant' %}{{ ' ' + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}"
 )

@@ -56,7 +56,8 @@ def test_llama3_special_tokens_parse_to_the_npm_ids(fresh):
     texts = without_js_whitespace_quirk(hostile_texts([tokenizer]))
     ours = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
     assert ours == converter.js_encode("llama-3", texts, "specials")
-    specials = {tokenizer.convert_tokens_to_ids(s) for s in ("<|begin_of_text|>", "<|eot_id|>", "<|reserved_special_token_247|>")}
+    named = ("<|begin_of_text|>", "<|eot_id|>", "<|reserved_special_token_247|>")
+    specials = {tokenizer.convert_tokens_to_ids(s) for s in named}
     assert specials == {128000, 128009, 128255} and specials <= {i for ids in ours for i in ids}
 
 
@@ -81,7 +82,8 @@ def test_metadata_of_the_converted_folder(fresh, name):
     assert (tokenizer.bos_token, tokenizer.eos_token) == (family.bos, family.eos)
     assert tokenizer("Hi").input_ids[0] == tokenizer.bos_token_id  # BOS added once, by the post-processor
     assert tokenizer("Hi", add_special_tokens=False).input_ids[0] != tokenizer.bos_token_id
-    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "Hi"}], tokenize=False, add_generation_prompt=True)
+    chat = [{"role": "user", "content": "Hi"}]
+    prompt = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
     assert prompt.startswith(tokenizer.bos_token) and "Hi" in prompt
     vocab = TokenBytes(tokenizer)
     assert vocab.kind == family.style and len(vocab) == len(tokenizer)
@@ -102,4 +104,5 @@ def test_the_user_cache_holds_the_current_conversion(fresh, name):
     """The matrix reads the user cache: it must be what this converter writes (else delete the folder)."""
     _, folder = fresh[name]
     cached = converter.ensure_tokenizer(name)
-    assert (cached / "tokenizer.json").read_bytes() == (folder / "tokenizer.json").read_bytes(), f"stale: {cached}"
+    stale = f"stale conversion in {cached}: delete it, the next run converts again"
+    assert (cached / "tokenizer.json").read_bytes() == (folder / "tokenizer.json").read_bytes(), stale
