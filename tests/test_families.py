@@ -19,8 +19,7 @@ from safe_engine.alignment import TokenBytes, oov_like, tokenize
 from safe_engine.cli import main
 from safe_engine.decoding import DecodeConfig, decode
 from safe_engine.events import EnsemblePoint, PositionVerified, RunFinished, TextCommitted
-from safe_engine.models import load_tokenizer
-from safe_engine.tokdiff import common_words, pair_view, word_agreement
+from safe_engine.tokdiff import common_words, load_vocabs, pair_view, word_agreement
 from tiny_models import tiny_model
 
 pytestmark = pytest.mark.families
@@ -42,7 +41,8 @@ PADDED = {"gemma-3": 64}  # a padded output layer, as in Gemma 3's larger checkp
 
 @pytest.fixture(scope="module")
 def vocabs():
-    return {family: TokenBytes(load_tokenizer(tokenizer_spec(family))) for family in FAMILIES}
+    """Through tokdiff's per-process cache, which the command-line test reuses."""
+    return dict(zip(FAMILIES, load_vocabs([tokenizer_spec(family) for family in FAMILIES]).values()))
 
 
 @pytest.fixture(scope="module")
