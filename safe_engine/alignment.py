@@ -39,11 +39,16 @@ def _gpt2_unicode_to_byte() -> dict[str, int]:
 _UNICODE_TO_BYTE = _gpt2_unicode_to_byte()
 
 
-def _decoder_kind(tokenizer) -> str:
+def _backend_spec(tokenizer) -> dict | None:
+    """The fast tokenizer's pipeline as JSON (None for slow tokenizers)."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is None:
+    return None if backend is None else json.loads(backend.to_str())
+
+
+def _decoder_kind(spec: dict | None) -> str:
+    if spec is None:
         return "decode"
-    decoder = json.loads(backend.to_str()).get("decoder") or {}
+    decoder = spec.get("decoder") or {}
     kinds = {decoder.get("type")} | {d.get("type") for d in decoder.get("decoders", []) or []}
     if "ByteLevel" in kinds:
         return "byte-level"
@@ -52,15 +57,48 @@ def _decoder_kind(tokenizer) -> str:
     return "decode"
 
 
+def _without_dummy_prefix(part: dict | None) -> tuple[dict | None, bool]:
+    """A normalizer or pre-tokenizer without SentencePiece's dummy "▁" prefix, and whether it had one."""
+    if not part:
+        return part, False
+    kind = part.get("type")
+    if kind == "Prepend" and part.get("prepend") == "▁":
+        return None, True
+    if kind == "Metaspace":
+        scheme = part.get("prepend_scheme", "always" if part.get("add_prefix_space", True) else "never")
+        if scheme != "never":
+            return {k: v for k, v in part.items() if k != "add_prefix_space"} | {"prepend_scheme": "never"}, True
+    if kind == "Sequence":
+        key = "normalizers" if "normalizers" in part else "pretokenizers"
+        parts = [_without_dummy_prefix(p) for p in part[key]]
+        return part | {key: [p for p, _ in parts if p is not None]}, any(had for _, had in parts)
+    return part, False
+
+
+def _reading_spec(spec: dict) -> tuple[dict, bool]:
+    """The pipeline that reads a response, and whether it differs from `spec`: tokenizers that put a
+    dummy "▁" before every text (Llama 2, Mistral) must not, as a response continues its prompt."""
+    normalizer, in_normalizer = _without_dummy_prefix(spec.get("normalizer"))
+    pre_tokenizer, in_pre_tokenizer = _without_dummy_prefix(spec.get("pre_tokenizer"))
+    return spec | {"normalizer": normalizer, "pre_tokenizer": pre_tokenizer}, in_normalizer or in_pre_tokenizer
+
+
+def special_ids(tokenizer) -> set[int]:
+    """Ids of the tokenizer's special tokens: the named ones and every added token marked special."""
+    added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+    return set(tokenizer.all_special_ids) | {i for i, token in added.items() if getattr(token, "special", False)}
+
+
 class TokenBytes:
     """The exact bytes each token id stands for, and the reverse lookup for single-token strings."""
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
-        self.kind = _decoder_kind(tokenizer)
-        self.special_ids = set(tokenizer.all_special_ids)
-        added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
-        self.special_ids |= {i for i, tok in added.items() if getattr(tok, "special", False)}
+        spec = _backend_spec(tokenizer)
+        self.kind = _decoder_kind(spec)
+        self._fast = spec is not None
+        self._dummy_prefix = self._fast and _reading_spec(spec)[1]
+        self.special_ids = special_ids(tokenizer)
         self.byte_piece_ids: set[int] = set()  # SentencePiece "<0xNN>" byte-fallback pieces
         pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
         self._bytes = [self._piece_bytes(i, p) for i, p in enumerate(pieces)]
@@ -83,6 +121,36 @@ class TokenBytes:
 
     def __len__(self) -> int:
         return len(self._bytes)
+
+    def read(self, text: str, offsets: bool = False) -> tuple[list[int], list[tuple[int, int]] | None]:
+        """Ids (and character offsets) of `text` read as part of a response: no special tokens added,
+        special-token strings kept as plain text, no dummy prefix. Raises if the tokenizer refuses it."""
+        if not self._fast:
+            encoding = self.tokenizer(
+                text, add_special_tokens=False, split_special_tokens=True, return_offsets_mapping=offsets
+            )
+            return list(encoding["input_ids"]), encoding.get("offset_mapping")
+        if not self._dummy_prefix:
+            encoding = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=offsets)
+            ids = list(encoding["input_ids"])
+            if not self.special_ids.intersection(ids):
+                return ids, encoding.get("offset_mapping")
+        encoding = self._reader.encode(text, add_special_tokens=False)
+        return encoding.ids, encoding.offsets
+
+    @cached_property
+    def _reader(self):
+        """A private copy of the fast tokenizer that reads responses (`read`). Private, because the
+        wrapper's switch for special-token strings is shared state that a prompt being encoded in another
+        thread would flip; built on first need, because a copy of a large vocabulary costs hundreds of MB."""
+        from tokenizers import Tokenizer
+
+        spec, _ = _reading_spec(json.loads(self.tokenizer.backend_tokenizer.to_str()))
+        reader = Tokenizer.from_str(json.dumps(spec))
+        reader.encode_special_tokens = True  # a response's "<s>" is text the model wrote, not a control token
+        reader.no_truncation()
+        reader.no_padding()
+        return reader
 
     def __getitem__(self, token_id: int) -> bytes:
         return self._bytes[token_id]
@@ -240,19 +308,20 @@ def tokenize(vocab: TokenBytes, text: str | bytes) -> Tokenization:
 def _tokenize_text(vocab: TokenBytes, text: str) -> Tokenization:
     raw = text.encode("utf-8")
     try:
-        encoding = vocab.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        ids, offsets = vocab.read(text, offsets=True)
     except Exception:  # no byte fallback and no unknown token: the Rust tokenizer refuses the text
         return _tokenize_per_character(vocab, text)
-    ids = list(encoding["input_ids"])
-    joined = vocab.join(ids)
-    if joined == raw:
+    if vocab.join(ids) == raw:
         return Tokenization(ids, vocab.spans(ids), len(raw))
-    if joined == b" " + raw:  # SentencePiece dummy prefix: the first piece carries an extra space
-        spans = [(max(s - 1, 0), e - 1) for s, e in vocab.spans(ids)]
-        return Tokenization(ids, spans, len(raw))
-    # Normalizers that change the text: fall back to the tokenizer's own character offsets.
-    index = CharIndex(text)
-    spans = [(index.byte_of_char(s), index.byte_of_char(e)) for s, e in encoding["offset_mapping"]]
+    # A normalizer changed the text (SentencePiece reads a written "▁" as a space): tokens whose bytes
+    # are in the text at their place keep exact byte spans (byte-fallback pieces inside a character);
+    # the others end where the tokenizer's own character offsets say.
+    index, spans, pos = CharIndex(text), [], 0
+    for token_id, (_, end_char) in zip(ids, offsets):
+        piece = vocab[token_id]
+        end = pos + len(piece) if raw.startswith(piece, pos) else max(pos, index.byte_of_char(end_char))
+        spans.append((pos, end))
+        pos = end
     return Tokenization(ids, spans, len(raw))
 
 
@@ -262,7 +331,7 @@ def _tokenize_per_character(vocab: TokenBytes, text: str) -> Tokenization:
     for ch in text:
         raw = ch.encode("utf-8")
         try:
-            part = list(vocab.tokenizer(ch, add_special_tokens=False)["input_ids"])
+            part = vocab.read(ch)[0]
         except Exception:
             part = []
         if vocab.join(part) == raw:

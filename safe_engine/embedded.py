@@ -86,10 +86,15 @@ def converted_dir(name: str) -> Path:
 
 
 def is_converted(name: str) -> bool:
-    return (converted_dir(name) / _DONE_MARKER).is_file()
+    return is_built(converted_dir(name))
 
 
-def _stderr_progress(message: str) -> None:
+def is_built(folder: Path) -> bool:
+    """Whether `build_once` completed this folder."""
+    return (folder / _DONE_MARKER).is_file()
+
+
+def stderr_progress(message: str) -> None:
     print(f"[safe-ensemble-studio] {message}", file=sys.stderr, flush=True)
 
 
@@ -111,18 +116,33 @@ def ensure_converted(name: str, progress: Progress | None = None) -> Path:
     if name not in EMBEDDED:
         known = ", ".join(f"embedded:{n}" for n in EMBEDDED)
         raise ModelLoadError(f"unknown embedded model {name!r}; known: {known}")
-    target = converted_dir(name)
-    if is_converted(name):
+    model = EMBEDDED[name]
+    return build_once(name, converted_dir(name), lambda staging: _convert(model, staging, progress or stderr_progress))
+
+
+def build_once(name: str, target: Path, build: Callable[[Path], str]) -> Path:
+    """`target`, built by `build(staging)` the first time only: under a lock shared by processes, in a
+    staging folder renamed into place, so an interrupted build never looks complete. `build` returns
+    the line kept in the completion marker."""
+    if is_built(target):
         return target
-    progress = progress or _stderr_progress
     with _conversion_lock(name):
-        if is_converted(name):
+        if is_built(target):
             return target
-        _convert(EMBEDDED[name], target, progress)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
+        try:
+            (staging / _DONE_MARKER).write_text(build(staging) + "\n")
+            if target.exists():
+                shutil.rmtree(target)
+            staging.rename(target)
+        finally:
+            if staging.exists():
+                shutil.rmtree(staging, ignore_errors=True)
     return target
 
 
-def _convert(model: EmbeddedModel, target: Path, progress: Progress) -> None:
+def _convert(model: EmbeddedModel, staging: Path, progress: Progress) -> str:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -130,7 +150,7 @@ def _convert(model: EmbeddedModel, target: Path, progress: Progress) -> None:
     started = time.perf_counter()
     progress(
         f"first use of {model.display_name}: converting {gguf.name} to a cached HF folder "
-        f"({target}); this happens once and takes a few minutes on a CPU"
+        f"({converted_dir(model.name)}); this happens once and takes a few minutes on a CPU"
     )
     progress(f"{model.display_name}: reading tokenizer (1/3)")
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
@@ -147,21 +167,12 @@ def _convert(model: EmbeddedModel, target: Path, progress: Progress) -> None:
         probe_logits = lm(probe_ids).logits[0]
 
     progress(f"{model.display_name}: writing safetensors (3/3)")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{model.name}-", dir=target.parent))
-    try:
-        lm.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
-        torch.save({"text": PROBE_TEXT, "ids": probe_ids[0], "logits": probe_logits}, staging / PROBE_FILE)
-        _check_reload(staging, probe_ids, probe_logits)
-        (staging / _DONE_MARKER).write_text(f"converted from {gguf.name}\n")
-        if target.exists():
-            shutil.rmtree(target)
-        staging.rename(target)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
+    lm.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    torch.save({"text": PROBE_TEXT, "ids": probe_ids[0], "logits": probe_logits}, staging / PROBE_FILE)
+    _check_reload(staging, probe_ids, probe_logits)
     progress(f"{model.display_name}: converted in {time.perf_counter() - started:.0f} s")
+    return f"converted from {gguf.name}"
 
 
 def _check_reload(folder: Path, probe_ids, probe_logits) -> None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from .alignment import EOS_KEY, TokenBytes
+from .alignment import EOS_KEY, TokenBytes, special_ids
 from .embedded import EMBEDDED, Progress, ensure_converted
 from .errors import ModelLoadError, ModelSpecError
 
@@ -20,12 +20,13 @@ DEFAULT_MODELS = ("embedded:gemma-3-270m", "embedded:smollm2-135m-instruct")
 """Gemma drafts (the stronger copier, and its 262k-row head is costly as a verifier); SmolLM2 verifies."""
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
 @dataclass(frozen=True)
 class ResolvedSpec:
     spec: str
-    kind: str  # embedded | folder | gguf | hub
+    kind: str  # embedded | folder | tokenizer (a folder with a tokenizer only) | gguf | hub
     location: str
     gguf_file: str | None = None
 
@@ -35,7 +36,7 @@ class ResolvedSpec:
             return self.location
         if self.kind == "gguf":
             return Path(self.gguf_file).stem
-        return Path(self.location).name if self.kind == "folder" else self.location.split("/")[-1]
+        return Path(self.location).name if self.kind in ("folder", "tokenizer") else self.location.split("/")[-1]
 
 
 def resolve_spec(spec: str) -> ResolvedSpec:
@@ -55,9 +56,11 @@ def resolve_spec(spec: str) -> ResolvedSpec:
             raise ModelSpecError(f"GGUF file not found: {spec}")
         return ResolvedSpec(spec, "gguf", str(path.parent), path.name)
     if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise ModelSpecError(f"{spec} is a folder without config.json: not a Hugging Face model folder")
-        return ResolvedSpec(spec, "folder", str(path))
+        if (path / "config.json").is_file():
+            return ResolvedSpec(spec, "folder", str(path))
+        if any((path / name).is_file() for name in _TOKENIZER_FILES):
+            return ResolvedSpec(spec, "tokenizer", str(path))
+        raise ModelSpecError(f"{spec} is a folder without config.json or a tokenizer: not a Hugging Face model folder")
     if path.exists():
         raise ModelSpecError(f"{spec} is a file, not a model folder or a .gguf file")
     if spec.startswith((".", "/", "~")) or os.sep in spec and not _HUB_ID.match(spec):
@@ -196,6 +199,10 @@ def load_model(spec: str, options: LoadOptions = LoadOptions(), progress: Progre
     from transformers import AutoConfig, AutoModelForCausalLM
 
     resolved = resolve_spec(spec)
+    if resolved.kind == "tokenizer":
+        raise ModelLoadError(
+            f"{spec} holds a tokenizer only (no config.json): tokdiff can compare it, decoding needs a model"
+        )
     device = pick_device(options.device)
     if options.cpu_int8 and device != "cpu":
         raise ModelLoadError(f"int8 weights run on the CPU only, and {spec} would load on {device}: add --device cpu or drop --cpu-int8")
@@ -231,6 +238,7 @@ def load_model(spec: str, options: LoadOptions = LoadOptions(), progress: Progre
         if progress:
             progress(f"quantizing {resolved.short_name} to int8")
         model = quantize_int8(model)
+    _mask_rows_past_tokenizer(model, len(tokenizer))
     return LoadedModel(
         spec=resolved,
         name=resolved.short_name,
@@ -260,18 +268,54 @@ def quantize_int8(model):
         return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
 
 
+def _mask_rows_past_tokenizer(model, size: int) -> None:
+    """Output rows past the tokenizer's last id (heads padded to a round size, as in Qwen's and Gemma 3's
+    larger checkpoints) spell nothing, so the model must never pick them: their logits become -inf."""
+
+    def mask(module, args, output):
+        logits = getattr(output, "logits", None)
+        if logits is not None and logits.shape[-1] > size:
+            logits[..., size:] = float("-inf")
+
+    model.register_forward_hook(mask)
+
+
 def _eos_ids(model, tokenizer) -> frozenset[int]:
     ids = set()
     for source in (getattr(model, "generation_config", None), model.config, tokenizer):
         value = getattr(source, "eos_token_id", None)
         if value is not None:
             ids |= set(value) if isinstance(value, (list, tuple, set)) else {value}
-    # Chat models end a turn with their own marker; treat it as the end of the response.
+    # Chat models end a turn with their own marker; treat it as the end of the response. The template
+    # says which (below); these markers cover tokenizers that lost theirs (the embedded Gemma's GGUF).
     vocab = tokenizer.get_vocab()
     for marker in ("<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|end|>"):
         if marker in vocab:
             ids.add(vocab[marker])
+    turn_end = _turn_end_id(tokenizer)
+    if turn_end is not None:
+        ids.add(turn_end)
     return frozenset(i for i in ids if i is not None and i >= 0)
+
+
+_TURN_PROBE = "Sure."
+
+
+def _turn_end_id(tokenizer) -> int | None:
+    """The special token the chat template closes an assistant turn with, read off the template itself
+    (Llama 3's <|eot_id|>, Command R's <|END_OF_TURN_TOKEN|>), so no family needs to be known here."""
+    if not getattr(tokenizer, "chat_template", None):
+        return None
+    conversation = [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": _TURN_PROBE}]
+    try:
+        text = tokenizer.apply_chat_template(conversation, tokenize=False)
+    except Exception:  # a template may refuse this conversation (system turn required, ...)
+        return None
+    if _TURN_PROBE not in text:
+        return None
+    after = text[text.rindex(_TURN_PROBE) + len(_TURN_PROBE) :].lstrip()
+    ids = tokenizer(after, add_special_tokens=False)["input_ids"] if after else []
+    return ids[0] if ids and ids[0] in special_ids(tokenizer) else None
 
 
 def _offline() -> bool:

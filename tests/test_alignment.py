@@ -61,10 +61,37 @@ def test_byte_fallback_pieces_have_exact_byte_spans(verifier_vocab):
     assert index.char_of_byte(emoji_start + 4) == text.index("😀") + 1
 
 
-def test_dummy_prefix_tokenizers_align_to_the_text():
+def test_dummy_prefix_is_not_added_to_a_response():
+    """Llama 2 / Mistral tokenizers put "▁" before any text they encode. A response continues its prompt,
+    so its tokens spell exactly its bytes: " Incorrect" only where the text has the space."""
     vocab = TokenBytes(unigram_tokenizer(PAPER_PIECES, prepend="always"))
+    assert vocab.tokenizer.tokenize("Incorrect is") == ["▁Incorrect", "▁is"]  # the tokenizer's own prefix
     tok = tokenize(vocab, "Incorrect is")
-    assert tok.spans[0] == (0, len("Incorrect")) and tok.boundaries >= {0, 9, 12}
+    assert vocab.join(tok.ids) == b"Incorrect is" and tok.spans[-1] == (9, 12)
+    assert pieces(vocab, tokenize(vocab, " Incorrect is")) == [" Incorrect", " is"]
+    assert vocab.encode_bytes(b"Incorrect") == tok.ids[:-1]
+
+
+def test_special_token_strings_in_a_response_are_plain_text():
+    tokenizer = unigram_tokenizer(PAPER_PIECES)
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|turn|>"]})
+    vocab = TokenBytes(tokenizer)
+    text = "The answer<|turn|> is"
+    assert tokenizer.convert_tokens_to_ids("<|turn|>") in tokenizer(text, add_special_tokens=False).input_ids
+    tok = tokenize(vocab, text)
+    assert vocab.join(tok.ids) == text.encode() and not set(tok.ids) & vocab.special_ids
+    # The tokenizer the prompts are encoded with (maybe at the same time, in another thread) is untouched.
+    assert tokenizer.backend_tokenizer.encode_special_tokens is False
+
+
+def test_a_written_metaspace_character_is_read_as_a_space_with_exact_spans():
+    vocab = TokenBytes(unigram_tokenizer(PAPER_PIECES))
+    text = "The ▁answer 😀"  # SentencePiece normalizes the written "▁" to a space; the emoji falls back to bytes
+    tok = tokenize(vocab, text)
+    assert vocab.join(tok.ids) == text.replace("▁", " ").encode()
+    assert [s for s, _ in tok.spans] == [0] + [e for _, e in tok.spans[:-1]] and tok.spans[-1][1] == len(text.encode())
+    emoji = text.encode().index("😀".encode())
+    assert [span for span in tok.spans if span[0] >= emoji] == [(emoji + i, emoji + i + 1) for i in range(4)]
 
 
 def test_display_piece_and_utf8_prefix():

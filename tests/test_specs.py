@@ -64,3 +64,21 @@ def test_a_folder_without_weights_says_so(tmp_path):
     LlamaConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8).save_pretrained(tmp_path)
     with pytest.raises(ModelLoadError, match="could not load"):
         load_model(str(tmp_path))
+
+
+def test_a_tokenizer_only_folder_serves_tokdiff_but_not_decoding(tmp_path, capsys):
+    from safe_engine.cli import main
+    from safe_engine.errors import ModelLoadError
+    from safe_engine.models import load_model, load_tokenizer
+    from tiny_models import char_tokenizer, unigram_tokenizer
+
+    words, chars = tmp_path / "words", tmp_path / "chars"
+    unigram_tokenizer([" cat", " sat"]).save_pretrained(words)
+    char_tokenizer().save_pretrained(chars)
+    assert resolve_spec(str(words)).kind == "tokenizer" and resolve_spec(str(words)).short_name == "words"
+    assert load_tokenizer(str(words)).tokenize(" cat") == ["▁cat"]
+    with pytest.raises(ModelLoadError, match="tokenizer only"):
+        load_model(str(words))
+    assert main(["tokdiff", "--models", str(words), str(chars), "--text", "the cat sat"]) == 0
+    out = capsys.readouterr().out
+    assert "== words: 5 tokens" in out and "== chars: 11 tokens" in out

@@ -44,25 +44,31 @@ def char_tokenizer() -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS)
 
 
-def tiny_model_folder(folder: Path, tokenizer, arch: str = "llama", seed: int = 0, sliding_window: int = 8) -> Path:
-    """Save a random-weight causal LM with peaky output distributions (clear argmaxes) and its tokenizer."""
+def tiny_model_folder(
+    folder: Path, tokenizer, arch: str = "llama", seed: int = 0, sliding_window: int = 8, extra_rows: int = 0, layers: int = 2
+) -> Path:
+    """Save a random-weight causal LM with peaky output distributions (clear argmaxes) and its tokenizer.
+
+    BOS and EOS come from the tokenizer; `extra_rows` pads the vocabulary past the tokenizer's size, as
+    real checkpoints do (Gemma 3, Qwen); one layer (`layers=1`) halves the cost of a decoding step.
+    """
     from transformers import AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig
 
     common = dict(
-        vocab_size=len(tokenizer),
+        vocab_size=len(tokenizer) + extra_rows,
         hidden_size=32,
         intermediate_size=64,
-        num_hidden_layers=2,
+        num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=512,
         eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=None,
+        bos_token_id=tokenizer.bos_token_id,
         pad_token_id=None,
         initializer_range=0.3,
     )
     if arch == "gemma3":
-        config = Gemma3TextConfig(**common, head_dim=8, sliding_window=sliding_window, layer_types=["sliding_attention", "full_attention"])
+        config = Gemma3TextConfig(**common, head_dim=8, sliding_window=sliding_window, layer_types=["sliding_attention", "full_attention"][:layers])
     else:
         config = LlamaConfig(**common)
     torch.manual_seed(seed)
