@@ -190,7 +190,7 @@ def _summary_line(s: dict) -> str:
 def _compare(args) -> int:
     config = _config(args, "safe")
     models = _load(args)
-    warm_up(models)
+    warm_up(models, config)
     runs: dict[str, list] = {}
     with contextlib.ExitStack() as stack:
         trace = stack.enter_context(open(args.trace, "w", encoding="utf-8")) if args.trace else None

@@ -23,10 +23,17 @@ def load_models(specs: Sequence[str], options: LoadOptions = LoadOptions(), prog
     return [_LOADED[(spec, options)] for spec in specs]
 
 
-def warm_up(models: Sequence[LoadedModel]) -> None:
-    """One tiny forward per model, so the first timed run does not pay for lazy kernel set-up."""
+def warm_up(models: Sequence[LoadedModel], config: DecodeConfig | None = None) -> None:
+    """Pay every once-per-process cost before anything is timed: each model's token-byte tables (seconds
+    for a 262k vocabulary) and first forward pass; with a config, two tokens of every run in its
+    comparison plan (tokenizers' first calls, GaC's vocabulary union)."""
     for lm in models:
+        _ = lm.vocab.id_of_bytes
         ModelSession(lm).next_token_logits(lm.encode_prompt("Hi"), [1])
+    if config is not None and len(models) > 1:
+        for _, run_models, run_config in comparison_plan(models, config):
+            for _ in decode(run_models, "Hi", replace(run_config, max_new_tokens=2, force=(), stop=())):
+                pass
 
 
 def summarize(events: Sequence[Event], label: str | None = None) -> dict:

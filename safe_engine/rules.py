@@ -23,6 +23,7 @@ UNANIMITY, MEAN, GATE, ACCEPTED = "unanimity", "mean>0.5", "gate", "accepted"
 # Why a position was ensembled.
 NO_CONSENSUS, RESAMPLED = "no consensus", "resampled"
 INSIDE_CHARACTER = "inside a character"
+NO_TEXT = "a special token with no text"  # no verifier can see it (an end token is checked as the end of the text)
 
 
 def is_safe(own_tokens: Sequence[int | None]) -> bool:

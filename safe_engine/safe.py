@@ -66,7 +66,7 @@ class Layout:
     index: CharIndex  # character offsets of the response + draft
     tokenizations: list[Tokenization]  # one per verifier
     own: list[list[int | None]]  # own[j][k]: verifier k's token starting where d_j starts (None: no boundary)
-    inside_character: list[bool]  # d_j starts inside a UTF-8 character
+    unsafe: list[str | None]  # why d_j is unsafe for every verifier whatever their boundaries, or None
 
     @classmethod
     def of(cls, run: Decoder, draft: Draft) -> "Layout":
@@ -75,12 +75,13 @@ class Layout:
         tokenizations = run.verifier_tokenizations(raw)
         spans = run.drafter.lm.vocab.spans(draft.ids, len(run.response.raw))
         eos = run.drafter.lm.eos_ids
-        inside = [not index.is_char_boundary(s) for s, _ in spans]
+        unsafe = [rules.INSIDE_CHARACTER if not index.is_char_boundary(s) else rules.NO_TEXT if s == e and token not in eos else None
+                  for token, (s, e) in zip(draft.ids, spans)]
         own = [
-            [None if inside[j] else _own_token(tok, s, draft.ids[j] in eos) for tok in tokenizations]
+            [None if unsafe[j] else _own_token(tok, s, draft.ids[j] in eos) for tok in tokenizations]
             for j, (s, _) in enumerate(spans)
         ]
-        return cls(spans, index, tokenizations, own, inside)
+        return cls(spans, index, tokenizations, own, unsafe)
 
     def safe(self, j: int) -> bool:
         return rules.is_safe(self.own[j])
@@ -125,7 +126,7 @@ def check_position(run: Decoder, draft: Draft, layout: Layout, scores: list[dict
         blocked = [v.model for v in views if v.oov_like]
         for name in blocked:
             run.stats.oov_skips[name] += 1
-        event.reason = rules.INSIDE_CHARACTER if layout.inside_character[j] else "boundary missing for " + ", ".join(blocked)
+        event.reason = layout.unsafe[j] or "boundary missing for " + ", ".join(blocked)
         return event
     weights = [p.weight for p in run.parts]
     event.mean_p = rules.weighted_mean(weights, [draft.probs[j][token_id].item()] + [v.p for v in views])

@@ -38,7 +38,7 @@ MUTATIONS = [
     Mutation("oov-any-verifier", "OOV-like: safe for *every* verifier", "safe_engine/rules.py",
              "return all(index is not None for index in own_tokens)", "return any(index is not None for index in own_tokens)"),
     Mutation("inside-character", "never ensemble inside a UTF-8 character (SAFE)", "safe_engine/safe.py",
-             "[None if inside[j] else _own_token(", "[None if False else _own_token("),
+             "[None if unsafe[j] else _own_token(", "[None if False else _own_token("),
     Mutation("no-unanimity", "unanimity keeps the draft", "safe_engine/rules.py",
              "    if all(agrees):\n        return UNANIMITY", "    if False:\n        return UNANIMITY"),
     Mutation("unanimity-any", "unanimity needs every verifier", "safe_engine/rules.py",

@@ -7,7 +7,8 @@ are written by hand. That pins each SAFE rule in a decode-level test with exact 
     table = {"": {"Inc": 1.0}, "Inc": {"orr": 1.0}, ...}   # response text so far -> next-token probabilities
 
 Keys are the response text (str, or bytes where it ends inside a character); values map a token of
-that model's vocabulary (str, bytes for a byte piece, or EOS) to its probability. Listed probabilities
+that model's vocabulary (str, bytes for a byte piece, EOS or another special token such as "<unk>") to
+its probability. Listed probabilities
 that sum to 1 leave every other token at exactly 0; the rest of the mass is otherwise spread evenly.
 A context missing from the table ends the response (EOS with probability 1).
 """
@@ -32,6 +33,7 @@ class ScriptedLM(torch.nn.Module):
         super().__init__()
         self.vocab = TokenBytes(tokenizer)
         self.eos_id = tokenizer.eos_token_id
+        self.specials = {t: tokenizer.convert_tokens_to_ids(t) for t in tokenizer.all_special_tokens}
         self.prompt = prompt.encode("utf-8")
         self.table = table
         self.config = SimpleNamespace(max_position_embeddings=4096)
@@ -66,6 +68,8 @@ class ScriptedLM(torch.nn.Module):
     def token_id(self, token: str | bytes) -> int:
         if token == EOS:
             return self.eos_id
+        if token in self.specials:
+            return self.specials[token]
         raw = token if isinstance(token, bytes) else token.encode("utf-8")
         if raw not in self.vocab.id_of_bytes:
             raise KeyError(f"{token!r} is not one token of this scripted model's vocabulary")

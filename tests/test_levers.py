@@ -73,3 +73,12 @@ def test_int8_weights_load_and_decode_close_to_float(tmp_path):
     for strategy in ("single", "per-token", "safe"):
         events = list(decode([int8, fp32][: 1 if strategy == "single" else 2], "the cat", DecodeConfig(strategy=strategy, max_new_tokens=12)))
         assert events[-1].stats["tokens"] == 12 or events[-1].stop_reason == "eos"
+
+
+def test_warm_up_pays_the_once_per_process_costs(tmp_path):
+    from safe_engine.compare import warm_up
+
+    fresh = [load_model(str(tiny_model_folder(tmp_path / name, char_tokenizer(), seed=seed))) for name, seed in (("x", 1), ("y", 2))]
+    assert not any("id_of_bytes" in lm.vocab.__dict__ for lm in fresh)
+    warm_up(fresh, DecodeConfig(max_new_tokens=8))
+    assert all("id_of_bytes" in lm.vocab.__dict__ for lm in fresh)  # the token-byte tables, seconds for a 262k vocabulary

@@ -291,3 +291,10 @@ def test_safe_never_ensembles_inside_a_character():
     events = run([a, b])
     assert checks(events)[1:3] == [("<0xBB>", "skipped-oov", "inside a character"), ("<0x85>", "skipped-oov", "inside a character")]
     assert text(events).startswith("ễ")
+
+
+def test_a_special_token_without_text_is_never_ensembled():
+    """The drafter emits a special token that spells nothing and is no end token: no verifier can see it."""
+    a, b = pair({"": {"a": 1.0}, "a": {"<unk>": 0.6, "b": 0.4}}, {"": {"a": 1.0}, "a": {"b": 1.0}})
+    events = run([a, b], max_new_tokens=5)
+    assert checks(events)[1:] == [("<unk>", "skipped-oov", "a special token with no text")] * 4

@@ -42,6 +42,7 @@ class Bench:
     def __init__(self, models: Sequence[LoadedModel], examples: Sequence[Example], config: DecodeConfig,
                  labels: Sequence[str], out_dir, style: str = "direct"):
         self.models, self.style, self.out_dir = list(models), style, out_dir
+        self.config = config
         self.drafter = self.models[config.drafter].name
         plan = comparison_plan(models, config)
         self.plan = {label: (run_models, run_config) for label, run_models, run_config in plan if label in labels}
@@ -65,7 +66,7 @@ class Bench:
         """Run what is left, yielding each record once it is on disk; a stopped run writes nothing."""
         if not self.todo:
             return
-        warm_up(self.models)
+        warm_up(self.models, self.config)
         with store.open_for_append(self.out_dir) as handle:
             while self.todo:
                 example, label = self.todo[0]
