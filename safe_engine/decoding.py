@@ -13,7 +13,8 @@ from __future__ import annotations
 import threading
 from typing import Callable, Iterator, Sequence
 
-from .decoder import MAX_NEW_TOKENS, PER_TOKEN_COMMITS, SAFE_MODES, STRATEGIES, DecodeConfig, Decoder
+from .config import MAX_NEW_TOKENS, PER_TOKEN_COMMITS, SAFE_MODES, STRATEGIES, DecodeConfig
+from .decoder import Decoder
 from .events import Event
 from .models import LoadedModel
 from .per_token import per_token_step

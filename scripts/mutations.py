@@ -55,7 +55,7 @@ MUTATIONS = [
              'ends_round = point.changed or run.config.safe_mode == "exact"', 'ends_round = run.config.safe_mode == "exact"'),
     Mutation("draft-past-eos", "EOS ends a draft", "safe_engine/decoder.py",
              "                if token in eos:\n                    break", "                if False:\n                    break"),
-    Mutation("lookahead-4", "default n = 5", "safe_engine/decoder.py",
+    Mutation("lookahead-4", "default n = 5", "safe_engine/config.py",
              "    lookahead: int = 5", "    lookahead: int = 4"),
     Mutation("top-k-8", "default k = 10", "safe_engine/ensemble.py", "    top_k: int = 10", "    top_k: int = 8"),
     Mutation("sharpen-at-half", "sharpen only when max < ½", "safe_engine/ensemble.py",
