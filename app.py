@@ -30,10 +30,10 @@ from safe_engine.models import DEFAULT_MODELS, resolve_spec  # noqa: E402
 ASSETS = Path(__file__).resolve().parent / "assets"
 
 INTRO = """# SAFE Ensemble Studio
-Two small models with **different tokenizers** answer together, token by token. SAFE lets the
-strongest model draft, and ensembles only where it is both *safe* (every model has a token boundary
-there) and *needed* (the models disagree). Watch it live, compare it with naive per-token ensembling,
-or replay a recorded run while the models load."""
+Two small models with **different tokenizers** answer together, token by token. With SAFE one of them
+(the drafter) drafts, and the ensemble runs only where it is both *safe* (every model has a token
+boundary there) and *needed* (the models do not already agree). Watch a run live, compare it with naive
+per-token ensembling and the damage each leaves, or replay a recorded run while the models load."""
 
 
 def build_demo(specs: Sequence[str] = DEFAULT_MODELS, pool: ModelPool | None = None) -> gr.Blocks:

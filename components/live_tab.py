@@ -46,7 +46,7 @@ class LiveTab:
                                         info="ensemble only where the drafter's top p < 0.5; auto: on for gac, as the paper runs it")
                         safe_mode = gr.Radio(list(SAFE_MODES), value=DEFAULTS.safe_mode, label="SAFE mode",
                                              info="exact: one ensemble per round, the rest of the draft dropped (the paper); fast: keeps "
-                                                  "scanning a draft the ensemble confirmed (faster, can change outputs)")
+                                                  "scanning a draft the ensemble confirmed (fewer rounds; can change outputs)")
                         per_token_commit = gr.Radio(list(PER_TOKEN_COMMITS), value=DEFAULTS.per_token_commit, label="Per-token commit",
                                                     info="first-subtoken: the drafter appends only its first piece of the ensemble's "
                                                          "string, as UniTE does; full: its whole spelling (a gentler baseline)")
