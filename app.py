@@ -32,8 +32,9 @@ ASSETS = Path(__file__).resolve().parent / "assets"
 INTRO = """# SAFE Ensemble Studio
 Two small models with **different tokenizers** answer together, token by token. With SAFE one of them
 (the drafter) drafts, and the ensemble runs only where it is both *safe* (every model has a token
-boundary there) and *needed* (the models do not already agree). Watch a run live, compare it with naive
-per-token ensembling and the damage each leaves, or replay a recorded run while the models load."""
+boundary there) and *needed* (the models do not already agree). Watch a run live and branch it at any
+token (what-if), compare it with naive per-token ensembling and the damage each leaves, or replay a
+recorded run while the models load."""
 
 
 def build_demo(specs: Sequence[str] = DEFAULT_MODELS, pool: ModelPool | None = None) -> gr.Blocks:

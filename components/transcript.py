@@ -21,6 +21,7 @@ LEGEND = (
     ("ens sharp", "ensemble sharpened", "double underline"),
     ("ens damage", "per-token damage", "dashed outline: OOV-like for another model after this commit"),
     ("forced", "forced (what-if)", "solid frame and a flag: you committed this text here"),
+    ("diverge", "first difference", "a bar and ≠: the first token where a run and its what-if branch differ"),
 )
 
 
@@ -83,6 +84,8 @@ def why(t: TokenView, view: RunView) -> str:
 
 def _tip(t: TokenView, view: RunView) -> str:
     lines = [f"#{t.index} {quoted(t.text)} · round {t.round}", why(t, view)]
+    if t.index == view.diverge:
+        lines.append("the first token where this run and the other run of the what-if differ")
     if t.draft:
         lines.append(f"drafter p {t.draft['p']:.3f}")
     for v in (t.verify or {}).get("verifiers", []):
@@ -106,7 +109,8 @@ def _pill_text(text: str) -> str:
 def token_html(t: TokenView, view: RunView, pinnable: bool = True) -> str:
     was = f'<del class="was">{esc(glyphs(t.drafted))}</del>' if t.drafted is not None else ""  # glyphs: no line breaks
     attrs = f' tabindex="0" data-i="{t.index}"' if pinnable else ' tabindex="0"'
-    return f'<span class="tok {token_classes(t)}"{attrs} data-tip="{esc(_tip(t, view))}">{was}{_pill_text(t.text)}</span>'
+    classes = token_classes(t) + (" diverge" if t.index == view.diverge else "")
+    return f'<span class="tok {classes}"{attrs} data-tip="{esc(_tip(t, view))}">{was}{_pill_text(t.text)}</span>'
 
 
 def transcript_html(view: RunView, pinnable: bool = True) -> str:

@@ -52,6 +52,7 @@ class RunView:
     started: dict | None = None
     finished: dict | None = None
     pinned: int | None = None  # the token whose details the page shows (set by a click)
+    diverge: int | None = None  # the first token where this run and its what-if counterpart differ
     _pending: dict[int, dict] = field(default_factory=dict)  # id position → details of the round being decided
     _ids: int = 0  # drafter ids committed so far
 
@@ -197,6 +198,18 @@ class RunView:
             "tokens_per_s": tokens / wall if wall else None,
             "stop_reason": self.finished["stop_reason"] if self.finished else None,
         }
+
+
+def first_difference(a: RunView, b: RunView) -> int | None:
+    """The first committed token where two runs differ (by text); None while they agree as far as both
+    go. A run that ended (not stopped) shorter than the other differs where it ended."""
+    for x, y in zip(a.tokens, b.tokens):
+        if x.text != y.text:
+            return x.index
+    for short, long in ((a, b), (b, a)):
+        if short.finished and short.finished["stop_reason"] != "stopped" and len(short.tokens) < len(long.tokens):
+            return len(short.tokens)
+    return None
 
 
 def split_runs(events: list[dict]) -> list[list[dict]]:
