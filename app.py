@@ -21,7 +21,7 @@ from components.benchmark_tab import BenchmarkTab  # noqa: E402
 from components.compare_tab import CompareTab  # noqa: E402
 from components.live_tab import LiveTab  # noqa: E402
 from components.pool import ModelPool  # noqa: E402
-from components.replay_tab import ReplayTab  # noqa: E402
+from components.replay_tab import ReplayTab, shipped_traces  # noqa: E402
 from components.stops import Stops  # noqa: E402
 from components.tokenizers_tab import TokenizersTab  # noqa: E402
 from safe_engine.errors import SafeEngineError  # noqa: E402
@@ -46,7 +46,7 @@ def build_demo(specs: Sequence[str] = DEFAULT_MODELS, pool: ModelPool | None = N
             live = LiveTab(pool, stops, list(specs), examples)
             CompareTab(pool, stops, live.form, examples)
             BenchmarkTab(pool, stops, live.form)
-            ReplayTab(sorted((ASSETS / "traces").glob("*.jsonl")))
+            ReplayTab(shipped_traces(ASSETS / "traces"))
             TokenizersTab(live.models, json.loads((ASSETS / "tokenizer_examples.json").read_text(encoding="utf-8")))
     return demo
 

@@ -1,6 +1,7 @@
 """Damage in the UI without a browser: the Compare tab's damage chart, metrics columns and measured
-explanation, the damage in pinned details and run metrics, older traces without damage."""
+explanation, the damage in pinned details and run metrics, older traces without damage, Replay's manifest."""
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -11,6 +12,7 @@ import app
 from components import charts
 from components.compare_tab import EXPLANATION, measured_html, metrics_frame
 from components.live_tab import READY
+from components.replay_tab import caption_html, shipped_traces
 from components.transcript import details_html, metrics_html
 from components.view import RunView, read_trace, split_runs
 from safe_engine.compare import summarize
@@ -192,3 +194,16 @@ def test_damage_folded_while_running_matches_the_engines_summary(pair, strategy)
     assert finished["non_canonical_max"] >= 2 and finished["kl_sampled"] >= 1  # the forced " ca"+"t" damaged the drafter
     assert running == finished | {"degeneration": None}
 
+
+def test_replay_lists_the_manifest_in_order_with_captions(tmp_path):
+    manifest = json.loads((TRACES / "index.json").read_text(encoding="utf-8"))
+    shipped = shipped_traces(TRACES)
+    assert [p.name for p, _ in shipped] == [entry["file"] for entry in manifest]
+    assert {p.name for p, _ in shipped} == {p.name for p in TRACES.glob("*.jsonl")} and all(p.is_file() for p, _ in shipped)
+    assert all(caption for _, caption in shipped)
+    for name in ("b.jsonl", "a.jsonl"):
+        (tmp_path / name).write_text("")
+    assert shipped_traces(tmp_path) == [(tmp_path / "a.jsonl", ""), (tmp_path / "b.jsonl", "")]
+    (tmp_path / "index.json").write_text(json.dumps([{"file": "b.jsonl", "caption": EVIL}]))
+    assert shipped_traces(tmp_path) == [(tmp_path / "b.jsonl", EVIL)]
+    assert "<script" not in caption_html(EVIL) and caption_html("") == ""
