@@ -21,7 +21,7 @@ from components.benchmark_tab import BenchmarkTab  # noqa: E402
 from components.compare_tab import CompareTab  # noqa: E402
 from components.live_tab import LiveTab  # noqa: E402
 from components.pool import ModelPool  # noqa: E402
-from components.replay_tab import ReplayTab  # noqa: E402
+from components.replay_tab import ReplayTab, shipped_traces  # noqa: E402
 from components.stops import Stops  # noqa: E402
 from components.tokenizers_tab import TokenizersTab  # noqa: E402
 from safe_engine.errors import SafeEngineError  # noqa: E402
@@ -30,10 +30,11 @@ from safe_engine.models import DEFAULT_MODELS, resolve_spec  # noqa: E402
 ASSETS = Path(__file__).resolve().parent / "assets"
 
 INTRO = """# SAFE Ensemble Studio
-Two small models with **different tokenizers** answer together, token by token. SAFE lets the
-strongest model draft, and ensembles only where it is both *safe* (every model has a token boundary
-there) and *needed* (the models disagree). Watch it live, compare it with naive per-token ensembling,
-or replay a recorded run while the models load."""
+Two small models with **different tokenizers** answer together, token by token. With SAFE one of them
+(the drafter) drafts, and the ensemble runs only where it is both *safe* (every model has a token
+boundary there) and *needed* (the models do not already agree). Watch a run live and branch it at any
+token (what-if), compare it with naive per-token ensembling and the damage each leaves, or replay a
+recorded run while the models load."""
 
 
 def build_demo(specs: Sequence[str] = DEFAULT_MODELS, pool: ModelPool | None = None) -> gr.Blocks:
@@ -45,7 +46,7 @@ def build_demo(specs: Sequence[str] = DEFAULT_MODELS, pool: ModelPool | None = N
             live = LiveTab(pool, stops, list(specs), examples)
             CompareTab(pool, stops, live.form, examples)
             BenchmarkTab(pool, stops, live.form)
-            ReplayTab(sorted((ASSETS / "traces").glob("*.jsonl")))
+            ReplayTab(shipped_traces(ASSETS / "traces"))
             TokenizersTab(live.models, json.loads((ASSETS / "tokenizer_examples.json").read_text(encoding="utf-8")))
     return demo
 

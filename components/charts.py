@@ -144,3 +144,39 @@ def compare_bars(rows: list[dict]) -> go.Figure:
     ]
     return _figure("Latency and E/T per strategy", data, barmode="group", yaxis={"title": {"text": "wall time (s)"}, "rangemode": "tozero"},
                    yaxis2={"title": {"text": "E/T"}, "overlaying": "y", "side": "right", "range": [0, 1.05], "tickformat": ".0%"})
+
+
+RUN_STYLES = ((BLUE, "circle", "solid"), (CYAN, "square", "dot"), (RED, "x", "dash"), (GREEN, "diamond", "solid"),
+              (PURPLE, "triangle-up", "dashdot"), (YELLOW, "star", "longdash"))  # colour, marker and dash: never colour alone
+
+
+def damage(runs: list[tuple[str, RunView]]) -> go.Figure:
+    """Per run, after each commit: the drafter's non-canonical context tokens (top) and the conditioning KL
+    where it was measured (bottom), on one committed-token axis. Runs without damage events are left out."""
+    measured = [(label, view) for label, view in runs if view.damage]
+    if not measured:
+        return placeholder("Drafter context damage", "appears when a run has committed tokens")
+    data = []
+    for i, (label, view) in enumerate(measured):
+        color, symbol, dash = RUN_STYLES[i % len(RUN_STYLES)]
+        drafter, name = view.started["drafter"], plot_label(label)
+        own = [(d["tokens"], d["models"][drafter]) for d in view.damage]
+        kl = [(x, m["kl"]) for x, m in own if m["kl"] is not None]
+        data.append({"type": "scatter", "name": name, "legendgroup": name, "mode": "lines+markers",
+                     "line": {"color": color, "dash": dash, "shape": "hv", "width": 1.5}, "marker": {"color": color, "symbol": symbol, "size": 6},
+                     "x": [x for x, _ in own], "y": [m["non_canonical"] for _, m in own],
+                     "hovertemplate": f"{name}<br>%{{x}} tokens: %{{y}} non-canonical in {plot_label(drafter)}'s context<extra></extra>"})
+        data.append({"type": "scatter", "name": f"{name} KL", "legendgroup": name, "showlegend": False, "mode": "markers",
+                     "xaxis": "x2", "yaxis": "y2", "marker": {"color": color, "symbol": symbol, "size": 8},
+                     "x": [x for x, _ in kl], "y": [v for _, v in kl],
+                     "hovertemplate": f"{name}<br>%{{x}} tokens: KL %{{y:.3f}} nats<extra></extra>"})
+    notes = []
+    if not any(trace["x"] for trace in data[1::2]):
+        notes.append({"text": "no KL measured: it is measured only where the drafter's context is non-canonical", "showarrow": False,
+                      "xref": "paper", "yref": "y2 domain", "x": 0.5, "y": 0.5, "font": {"color": "#777"}})
+    return _figure("Drafter's context damage after each commit", data, height=440, annotations=notes,
+                   xaxis={"anchor": "y", "matches": "x2", "showticklabels": False},
+                   yaxis={"domain": [0.5, 1], "title": {"text": "non-canonical tokens"}, "rangemode": "nonnegative"},
+                   xaxis2={"anchor": "y2", "title": {"text": "tokens committed"}},
+                   yaxis2={"domain": [0, 0.38], "title": {"text": "KL (nats)"}, "rangemode": "nonnegative"},
+                   legend={"orientation": "h", "x": 0, "y": -0.22, "yanchor": "top"})

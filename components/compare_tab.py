@@ -1,5 +1,6 @@
-"""The "Compare" tab: one prompt through each model alone, per-token and SAFE, side by side, with a
-metrics table (CSV download), a latency / E/T chart and a plain-language account of what goes wrong."""
+"""The "Compare" tab: one prompt through each model alone, per-token and SAFE, side by side, with the
+drafter's context damage charted per commit, a metrics table with damage and degeneration (CSV download),
+a latency / E/T chart, how the mechanism works, and what this comparison measured, in its own numbers."""
 
 from __future__ import annotations
 
@@ -10,35 +11,39 @@ import gradio as gr
 import pandas as pd
 
 from safe_engine.compare import ratios, run_comparison, summarize
+from safe_engine.damage import degenerate
 from . import charts
 from .pool import ModelPool
 from .runner import ChartClock, prepare, stopper, user_message
 from .stops import Stops
-from .transcript import compare_html, legend_html, status_html
+from .text import esc
+from .transcript import compare_html, degeneration_text, legend_html, status_html
 from .view import RunView, save_trace
 
 EXPLANATION = """
-### Why per-token ensembling fails, and what SAFE checks
+### Why per-token ensembling can fail, and what SAFE checks
 
 **Different tokenizers cut the same text differently.** A rare name may be one token for one model
 and several pieces for another. Per-token ensembling commits *one* piece at every step and makes every
 other model continue from it. If that piece ends where a model's own tokenizer would never end a
-token, the model is now reading a token sequence it never saw in training (an **OOV-like** state).
-Its next predictions degrade, the damage piles up, and long answers drift or repeat. In the per-token
-column, these positions have a dashed outline.
+token, the model has to predict from a position that is not one of its token boundaries (an
+**OOV-like** prediction; dashed outline in the per-token column). The drafter keeps the ids it
+appended, so its context can become **non-canonical**: ids its own tokenizer would never produce for
+that text. How far that moves its next-token distribution is the **KL** to the distribution after its
+own tokenization. Where this damage piles up, outputs can drift or repeat (the degeneration columns).
 
-**SAFE ensembles only where it is safe and useful.** The strongest model drafts a few tokens. Then, for
+**SAFE ensembles only where it is safe and needed.** The drafter drafts a few tokens. Then, for
 each drafted token, SAFE checks two things:
 
 1. **Is it safe?** Every verifier's own tokenization of the same text must have a token boundary
-   just before the drafted token. If not, ensembling there would create an OOV-like state, so SAFE
+   just before the drafted token. If not, ensembling there would be an OOV-like prediction, so SAFE
    skips it (dashed outline).
 2. **Is it needed?** If every verifier's top choice is its own next token (unanimity), or the models'
-   mean probability is above 0.5, the ensemble could not change the outcome, so SAFE keeps the draft
-   (green).
+   mean probability is above 0.5, a greedy ensemble could not change the token, so SAFE keeps the
+   draft (green).
 
 Only the remaining positions are ensembled (blue, or yellow where the ensemble replaced the draft).
-That is a small share of tokens (E/T), which is why SAFE costs about as much as running the drafter alone.
+What that costs and what it avoids on *this* prompt is measured on the right, under the columns.
 """
 
 
@@ -62,9 +67,11 @@ class CompareTab:
                     self.status = gr.HTML(status_html("Press Compare to run each model alone, per-token and SAFE on one prompt."), elem_id="compare-status")
                     gr.HTML(legend_html())
                     self.grid = gr.HTML(compare_html([]), elem_id="compare-grid")
+                    self.damage = gr.Plot(charts.damage([]), show_label=False, elem_id="compare-damage")
+                    self.measured = gr.HTML(elem_id="compare-measured")
                     self.table = gr.Dataframe(label="Metrics", interactive=False, elem_id="compare-table")
                     self.bars = gr.Plot(charts.compare_bars([]), show_label=False, elem_id="compare-bars")
-        run.click(self.run, [self.prompt, *form], [self.status, self.grid, self.table, self.bars, self.csv, self.trace],
+        run.click(self.run, [self.prompt, *form], [self.status, self.grid, self.damage, self.measured, self.table, self.bars, self.csv, self.trace],
                   concurrency_id="models", concurrency_limit=1, api_name="compare")
         stop.click(stopper(stops), None, None, queue=False, api_visibility="private")
 
@@ -78,7 +85,7 @@ class CompareTab:
         views: dict[str, RunView] = {}
         clock = ChartClock()
         yield {self.status: status_html("Comparing: each model alone, then per-token, then SAFE…", "busy"), self.grid: compare_html([]),
-               self.csv: gr.DownloadButton(interactive=False), self.trace: gr.DownloadButton(interactive=False)}
+               self.damage: charts.damage([]), self.measured: "", self.csv: gr.DownloadButton(interactive=False), self.trace: gr.DownloadButton(interactive=False)}
         try:
             for label, event in run_comparison(models, prompt, config, flag):
                 runs.setdefault(label, []).append(event)
@@ -88,7 +95,7 @@ class CompareTab:
                     if flag.is_set():
                         break
                 elif event.kind == "text_committed" and clock.due():
-                    yield {self.grid: compare_html(list(views.values()))}
+                    yield {self.grid: compare_html(list(views.values())), self.damage: charts.damage(list(views.items()))}
             outcome = status_html("Stopped." if flag.is_set() else "Done. Hover a token in any column for what happened to it.")
         except Exception as exc:
             outcome = status_html(f"The comparison broke off: {user_message(exc)}. Finished runs are kept.", "error")
@@ -105,29 +112,100 @@ class CompareTab:
         frame = metrics_frame(summaries, views, drafter)
         path = Path(tempfile.mkdtemp(prefix="safe-metrics-")) / "comparison-metrics.csv"
         frame.to_csv(path, index=False)
-        return {self.table: frame, self.bars: charts.compare_bars(summaries), self.csv: gr.DownloadButton(value=str(path), interactive=True)}
+        return {self.table: frame, self.bars: charts.compare_bars(summaries), self.damage: charts.damage(list(views.items())),
+                self.measured: measured_html(summaries, views, drafter), self.csv: gr.DownloadButton(value=str(path), interactive=True)}
 
 
 def metrics_frame(summaries: list[dict], views: dict[str, RunView], drafter: str) -> pd.DataFrame:
-    """One row per finished run; time relative to the drafter alone once that run is in."""
+    """One row per finished run; time relative to the drafter alone once that run is in; damage columns
+    empty for runs recorded before the engine measured damage."""
     relative = ratios(summaries, drafter) if any(s["label"] == f"single:{drafter}" for s in summaries) else {}
-    return pd.DataFrame(
-        [
-            {
-                "run": s["label"],
-                "tokens": s["tokens"],
-                "E/T": round(s["e_t"], 3),
-                "ensembled": s["ensembled"],
-                "replaced": s["replaced"],
-                "OOV-like skips": sum(s["oov_skips"].values()),
-                "OOV-like damage": views[s["label"]].metrics()["damaged"],
-                "consensus skips": sum(s["consensus_skips"].values()),
-                "wall s": round(s["wall_s"], 2),
-                "tokens/s": round(s["tokens_per_s"], 2),
-                "× drafter time": round(relative[s["label"]], 2) if s["label"] in relative else None,
-                "stop": s["stop_reason"],
-                "text": s["text"],
-            }
-            for s in summaries
-        ]
-    )
+    rows = []
+    for s in summaries:
+        damage = views[s["label"]].damage_summary() or {}
+        degeneration = damage.get("degeneration") or {}
+        kl = damage.get("kl_mean")
+        rows.append({
+            "run": s["label"],
+            "tokens": s["tokens"],
+            "E/T": round(s["e_t"], 3),
+            "ensembled": s["ensembled"],
+            "replaced": s["replaced"],
+            "OOV-like skips": sum(s["oov_skips"].values()),
+            "OOV-like damage": views[s["label"]].metrics()["damaged"],
+            "consensus skips": sum(s["consensus_skips"].values()),
+            "wall s": round(s["wall_s"], 2),
+            "tokens/s": round(s["tokens_per_s"], 2),
+            "× drafter time": round(relative[s["label"]], 2) if s["label"] in relative else None,
+            "drafter non-canonical": damage.get("non_canonical"),
+            "drafter non-canonical max": damage.get("non_canonical_max"),
+            "KL mean (nats)": None if kl is None else round(kl, 4),
+            "OOV-like predictions": damage.get("oov_like_predictions"),
+            "degenerated": None if not degeneration else ("yes" if degenerate(degeneration) else "no"),
+            "repeated 4-gram rate": _rounded(degeneration.get("repeated_4gram_rate")),
+            "longest token run": degeneration.get("longest_token_run"),
+            "longest line run": degeneration.get("longest_line_run"),
+            "whitespace share": _rounded(degeneration.get("whitespace_share")),
+            "U+FFFD": degeneration.get("replacement_chars"),
+            "stop": s["stop_reason"],
+            "text": s["text"],
+        })
+    return pd.DataFrame(rows)
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def measured_html(summaries: list[dict], views: dict[str, RunView], drafter: str) -> str:
+    """What this comparison measured, in sentences built from its numbers only (finished runs)."""
+    by = {s["label"]: s for s in summaries}
+    relative = ratios(summaries, drafter) if f"single:{drafter}" in by else {}
+    lines = []
+    for label, name in (("safe", "SAFE"), ("per-token", "Per-token")):
+        if label not in by:
+            continue
+        s = by[label]
+        line = f"<b>{name}</b> ensembled {s['ensembled']} of {s['tokens']} tokens (E/T {s['e_t']:.0%})"
+        if label in relative:
+            base = by[f"single:{drafter}"]["wall_s"]
+            line += f" and took {relative[label]:.2f}× the wall time of {esc(drafter)} alone ({s['wall_s']:.1f} s vs {base:.1f} s)"
+        lines.append(line + ".")
+    damage = {label: views[label].damage_summary() for label in ("per-token", "safe") if label in by}
+    if len(damage) == 2 and None not in damage.values():
+        lines += _damage_sentences(damage["per-token"], damage["safe"], drafter)
+    if not lines:
+        return ""
+    items = "".join(f"<li>{line}</li>" for line in lines)
+    return f'<div class="measured"><h3>What this comparison measured</h3><ul>{items}</ul></div>'
+
+
+def _damage_sentences(per_token: dict, safe: dict, drafter: str) -> list[str]:
+    """Per-token's and SAFE's damage side by side, then a verdict worded from how the two compare (count of
+    non-canonical context tokens at the worst point plus OOV-like predictions), never a general claim."""
+
+    def kl(d: dict) -> str:
+        if d["kl_sampled"]:
+            return f"{d['kl_mean']:.3f} nats (mean of {d['kl_sampled']} measured steps, max {d['kl_max']:.3f})"
+        return "none, its context stayed canonical" if d["non_canonical_max"] == 0 else "not measured"
+
+    lines = [
+        f"{esc(drafter)}'s context ended with {per_token['non_canonical']} non-canonical tokens under per-token "
+        f"(at most {per_token['non_canonical_max']}) and {safe['non_canonical']} under SAFE (at most {safe['non_canonical_max']}).",
+        f"Conditioning damage (KL to the canonical context): per-token {kl(per_token)}; SAFE {kl(safe)}.",
+        f"OOV-like predictions: per-token {per_token['oov_like_predictions']}, SAFE {safe['oov_like_predictions']}.",
+    ]
+    if per_token["degeneration"] is not None and safe["degeneration"] is not None:
+        lines.append(f"Degeneration: per-token {esc(degeneration_text(per_token['degeneration']))}; "
+                     f"SAFE {esc(degeneration_text(safe['degeneration']))}.")
+    hurt = {name: d["non_canonical_max"] + d["oov_like_predictions"] for name, d in (("per-token", per_token), ("safe", safe))}
+    if hurt["per-token"] == hurt["safe"] == 0:
+        lines.append("On this prompt neither ensemble left a non-canonical context or made an OOV-like prediction; "
+                     "prompts where the tokenizers cut words differently (rare names, code) are where they can differ.")
+    elif hurt["safe"] == 0:
+        lines.append("Here SAFE avoided the damage per-token ensembling did.")
+    elif hurt["safe"] < hurt["per-token"]:
+        lines.append("Here SAFE left less of this damage than per-token ensembling, but not none.")
+    else:
+        lines.append("Here SAFE was not less damaged than per-token ensembling.")
+    return lines

@@ -15,6 +15,7 @@ from .runner import ChartClock, prepare, problem, stopper, user_message
 from .stops import Stops
 from .transcript import status_html
 from .view import RunView, save_trace
+from .whatif import Origin, WhatIf
 
 READY = "Pick an example or type a prompt, then press Run. Hover a token for what happened to it; click it to pin the details."
 DEFAULTS = DecodeConfig()
@@ -46,7 +47,7 @@ class LiveTab:
                                         info="ensemble only where the drafter's top p < 0.5; auto: on for gac, as the paper runs it")
                         safe_mode = gr.Radio(list(SAFE_MODES), value=DEFAULTS.safe_mode, label="SAFE mode",
                                              info="exact: one ensemble per round, the rest of the draft dropped (the paper); fast: keeps "
-                                                  "scanning a draft the ensemble confirmed (faster, can change outputs)")
+                                                  "scanning a draft the ensemble confirmed (fewer rounds; can change outputs)")
                         per_token_commit = gr.Radio(list(PER_TOKEN_COMMITS), value=DEFAULTS.per_token_commit, label="Per-token commit",
                                                     info="first-subtoken: the drafter appends only its first piece of the ensemble's "
                                                          "string, as UniTE does; full: its whole spelling (a gentler baseline)")
@@ -56,15 +57,18 @@ class LiveTab:
                     self.download = gr.DownloadButton("Download trace (JSONL)", interactive=False, elem_id="live-download")
                 with gr.Column(scale=3):
                     self.status = gr.HTML(status_html(READY), elem_id="live-status")
-                    self.panel = RunPanel("live")
+                    self.whatif = WhatIf(pool, stops)
+                    self.panel = RunPanel("live", below_details=self.whatif.controls)
+                    self.whatif.section()
         # Every input after the prompt, in the order settings.build takes them (the Compare tab reuses them).
         self.form = [models, drafter, strategy, max_new, lookahead, top_k, sharpen, sharpen_lambda, method, safe_mode,
                      per_token_commit, gate, temperature, top_p, seed]
         self.models = models
         models.change(lambda text: gr.Dropdown(choices=settings.parse_specs(text)), [models], [drafter], api_visibility="private")
-        run.click(self.run, [self.prompt, *self.form], [self.status, self.download, *self.panel.outputs],
+        run.click(self.run, [self.prompt, *self.form], [self.status, self.download, *self.panel.outputs, *self.whatif.reset_outputs],
                   concurrency_id="models", concurrency_limit=1, api_name="generate")
         stop.click(stopper(stops), None, None, queue=False, api_name="stop")
+        self.whatif.wire(self.panel)
 
     def run(self, request: gr.Request, prompt: str, *form):
         prepared = yield from prepare(self.pool, self.stops, self.status, request.session_hash, prompt, form, "start the run")
@@ -78,8 +82,9 @@ class LiveTab:
             yield problem(self.status, exc, "start the run")
             return
         view, clock = RunView(), ChartClock()
-        yield {self.status: status_html(f"Running {config.strategy} on {', '.join(m.name for m in models)}…", "busy"),
-               self.download: gr.DownloadButton(interactive=False)} | self.panel.fresh(view)
+        origin = Origin(prompt, tuple(m.spec.spec for m in models), config)
+        yield ({self.status: status_html(f"Running {config.strategy} on {', '.join(m.name for m in models)}…", "busy"),
+                self.download: gr.DownloadButton(interactive=False)} | self.panel.fresh(view) | self.whatif.reset(origin))
         try:
             for event in events:
                 view.add(event.to_dict())
@@ -90,10 +95,12 @@ class LiveTab:
             outcome = status_html(f"The run broke off: {user_message(exc)}. The transcript so far is kept.", "error")
         finally:
             self.stops.disarm(request.session_hash, flag)
-        yield {self.status: outcome, self.download: gr.DownloadButton(value=save_trace(view.events, f"{view.label}-trace"), interactive=True)} | self.panel.show(view)
+        yield ({self.status: outcome, self.download: gr.DownloadButton(value=save_trace(view.events, f"{view.label}-trace"), interactive=True)}
+               | self.panel.show(view) | self.whatif.offer(view, view.pinned))
 
 
 def _finished(view: RunView) -> str:
     m = view.metrics()
     reason = {"eos": "the model ended its answer", "max_new_tokens": "max new tokens reached", "stopped": "stopped"}.get(m["stop_reason"], m["stop_reason"])
-    return f"Done ({reason}): {m['tokens']} tokens, E/T {m['e_t']:.1%}, {m['tokens_per_s'] or 0:.1f} tokens/s. Click a token for its details."
+    return (f"Done ({reason}): {m['tokens']} tokens, E/T {m['e_t']:.1%}, {m['tokens_per_s'] or 0:.1f} tokens/s. "
+            "Click a token for its details, or to branch from it.")

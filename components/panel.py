@@ -1,7 +1,9 @@
-"""The view of one run (metrics, legend, transcript, pinned details, four charts), shared by the Live and
-Replay tabs so a recorded trace looks exactly like the run that produced it."""
+"""The view of one run (metrics, legend, transcript, pinned details, four charts), shared by the Live,
+What-if and Replay views so a recorded trace looks exactly like the run that produced it."""
 
 from __future__ import annotations
+
+from typing import Callable
 
 import gradio as gr
 
@@ -32,7 +34,10 @@ element.addEventListener('keydown', (e) => {
 
 
 class RunPanel:
-    def __init__(self, name: str, view: RunView | None = None):
+    """`plots=False` leaves out the four charts (the what-if branch shows only its damage next to the
+    original's); `below_details` builds more components right under the pinned details."""
+
+    def __init__(self, name: str, view: RunView | None = None, plots: bool = True, below_details: Callable[[], None] | None = None):
         view = view or RunView()
         self.view = gr.State(view)
         self.metrics = gr.HTML(metrics_html(view), elem_id=f"{name}-metrics")
@@ -42,22 +47,27 @@ class RunPanel:
             elem_id=f"{name}-transcript", autoscroll=True,
         )
         self.details = gr.HTML(details_html(view, None), elem_id=f"{name}-details")
-        with gr.Row():
-            self.timeline = gr.Plot(charts.timeline(view), show_label=False, elem_id=f"{name}-timeline")
-            self.progress = gr.Plot(charts.progress(view), show_label=False, elem_id=f"{name}-progress")
-        with gr.Row():
-            self.union = gr.Plot(charts.union(view), show_label=False, elem_id=f"{name}-union")
-            self.split = gr.Plot(charts.time_split(view), show_label=False, elem_id=f"{name}-split")
-        self.transcript.pin(self._pin, [self.view], [self.details, self.union], api_visibility="private")
+        if below_details:
+            below_details()
+        self.plots = plots
+        if plots:
+            with gr.Row():
+                self.timeline = gr.Plot(charts.timeline(view), show_label=False, elem_id=f"{name}-timeline")
+                self.progress = gr.Plot(charts.progress(view), show_label=False, elem_id=f"{name}-progress")
+            with gr.Row():
+                self.union = gr.Plot(charts.union(view), show_label=False, elem_id=f"{name}-union")
+                self.split = gr.Plot(charts.time_split(view), show_label=False, elem_id=f"{name}-split")
+        self.transcript.pin(self._pin, [self.view], [self.details, *([self.union] if plots else [])], api_visibility="private")
 
     @property
     def outputs(self) -> list:
-        return [self.view, self.metrics, self.transcript, self.details, self.timeline, self.progress, self.union, self.split]
+        plots = [self.timeline, self.progress, self.union, self.split] if self.plots else []
+        return [self.view, self.metrics, self.transcript, self.details, *plots]
 
     def show(self, view: RunView, with_charts: bool = True) -> dict:
         """Outputs for `view`; charts only when `with_charts` (they are costly to remount in the browser)."""
         out = {self.view: view, self.metrics: metrics_html(view), self.transcript: transcript_html(view)}
-        if with_charts:
+        if with_charts and self.plots:
             out |= {self.timeline: charts.timeline(view), self.progress: charts.progress(view),
                     self.union: charts.union(view, view.pinned_point()), self.split: charts.time_split(view)}
         return out
@@ -66,13 +76,14 @@ class RunPanel:
         """A new run (or trace) replaces the old one, pinned details included."""
         return self.show(view) | {self.details: details_html(view, view.pinned)}
 
-    @staticmethod
-    def _pin(view: RunView, evt: gr.EventData):
+    def _pin(self, view: RunView, evt: gr.EventData) -> dict:
         """The run's own view object remembers the pin, so a live run keeps charting the pinned point."""
         view.pinned = int(evt.idx)
         point = view.pinned_point()
-        details = details_html(view, view.pinned) + tokenizations_html(view, view.pinned)
-        return details, gr.skip() if point is None else charts.union(view, point)
+        out = {self.details: details_html(view, view.pinned) + tokenizations_html(view, view.pinned)}
+        if self.plots and point is not None:
+            out[self.union] = charts.union(view, point)
+        return out
 
 
 def tokenizations_html(view: RunView, index: int) -> str:

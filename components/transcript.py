@@ -6,6 +6,8 @@ only grows by appending spans, which Gradio streams as "append" diffs.
 
 from __future__ import annotations
 
+from safe_engine.damage import degenerate
+
 from .text import esc, glyphs, quoted
 from .view import RunView, TokenView
 
@@ -19,6 +21,7 @@ LEGEND = (
     ("ens sharp", "ensemble sharpened", "double underline"),
     ("ens damage", "per-token damage", "dashed outline: OOV-like for another model after this commit"),
     ("forced", "forced (what-if)", "solid frame and a flag: you committed this text here"),
+    ("diverge", "first difference", "a bar and ≠: the first token where a run and its what-if branch differ"),
 )
 
 
@@ -81,6 +84,8 @@ def why(t: TokenView, view: RunView) -> str:
 
 def _tip(t: TokenView, view: RunView) -> str:
     lines = [f"#{t.index} {quoted(t.text)} · round {t.round}", why(t, view)]
+    if t.index == view.diverge:
+        lines.append("the first token where this run and the other run of the what-if differ")
     if t.draft:
         lines.append(f"drafter p {t.draft['p']:.3f}")
     for v in (t.verify or {}).get("verifiers", []):
@@ -104,7 +109,8 @@ def _pill_text(text: str) -> str:
 def token_html(t: TokenView, view: RunView, pinnable: bool = True) -> str:
     was = f'<del class="was">{esc(glyphs(t.drafted))}</del>' if t.drafted is not None else ""  # glyphs: no line breaks
     attrs = f' tabindex="0" data-i="{t.index}"' if pinnable else ' tabindex="0"'
-    return f'<span class="tok {token_classes(t)}"{attrs} data-tip="{esc(_tip(t, view))}">{was}{_pill_text(t.text)}</span>'
+    classes = token_classes(t) + (" diverge" if t.index == view.diverge else "")
+    return f'<span class="tok {classes}"{attrs} data-tip="{esc(_tip(t, view))}">{was}{_pill_text(t.text)}</span>'
 
 
 def transcript_html(view: RunView, pinnable: bool = True) -> str:
@@ -137,12 +143,35 @@ def metrics_html(view: RunView) -> str:
     state = f"finished: {m['stop_reason']}" if m["stop_reason"] else "running…"
     prompts = "".join(f"<dt>{esc(name)}</dt><dd><pre>{esc(text)}</pre></dd>" for name, text in view.started["prompts"].items())
     roles = ", ".join(f"{esc(x['name'])} ({x['role']})" for x in view.started["models"])
+    damage = damage_text(view)
     return (
         '<div class="metrics">'
         + "".join(f'<div class="metric"><span class="value">{esc(v)}</span><span class="name">{esc(k)}</span></div>' for k, v in cards)
         + f'<div class="run-info"><b>{esc(view.label)}</b> · {roles} · {esc(state)}'
+        + (f'<div class="damage-line"><b>Damage</b> · {esc(damage)}</div>' if damage else "")
         + f"<details><summary>prompt as each model sees it</summary><dl>{prompts}</dl></details></div></div>"
     )
+
+
+def degeneration_text(measures: dict) -> str:
+    """`damage.degenerate`'s verdict with the measures it looked at."""
+    facts = (f"repeated 4-grams {measures['repeated_4gram_rate']:.0%}, longest token run {measures['longest_token_run']}, "
+             f"longest line run {measures['longest_line_run']}, whitespace tokens {measures['whitespace_share']:.0%}, "
+             f"U+FFFD {measures['replacement_chars']}")
+    return f"{'yes' if degenerate(measures) else 'none'} ({facts})"
+
+
+def damage_text(view: RunView) -> str:
+    """The run's damage measures in one line of plain text; empty for a trace recorded before runs measured damage."""
+    d = view.damage_summary()
+    if d is None:
+        return ""
+    kl = "—" if d["kl_mean"] is None else f"{d['kl_mean']:.3f} nats (mean of {d['kl_sampled']} measured)"
+    parts = [f"drafter {d['drafter']} non-canonical {d['non_canonical']} (max {d['non_canonical_max']})", f"KL {kl}",
+             f"OOV-like predictions {d['oov_like_predictions']}"]
+    if d["degeneration"] is not None:
+        parts.append(f"degeneration: {degeneration_text(d['degeneration'])}")
+    return " · ".join(parts)
 
 
 def _table(head: list[str], rows: list[list[str]]) -> str:
@@ -181,7 +210,22 @@ def details_html(view: RunView, index: int | None) -> str:
             f"<h4>ensemble ({esc(point['method'])}): chose {esc(quoted(point['chosen']))}, sharpening {esc(point['sharpening'] or 'not needed')}</h4>"
             + _table(["union token"] + [esc(n) for n in names] + ["ensemble", "sharpened"], rows)
         )
+    parts.append(_damage_table(view, t))
     return "".join(parts) + "</div>"
+
+
+def _damage_table(view: RunView, t: TokenView) -> str:
+    """Each model's damage measured after the commit that holds `t` (nothing for older traces)."""
+    damage = view.damage_after(t.index)
+    if damage is None:
+        return ""
+    rows = [[esc(name), str(m["non_canonical"]), _fmt(m["kl"], ".3f", " nats"), "yes" if m["oov_like"] else "no"]
+            for name, m in damage["models"].items()]
+    steps = view.started["config"].get("damage_kl_steps")
+    note = f"KL is measured only where a context is non-canonical, at most {steps} times a run; — where it was not" if steps is not None else ""
+    return (f"<h4>damage after the commit that holds it ({damage['tokens']} tokens committed)</h4>"
+            + _table(["model", "non-canonical context tokens", "KL to the canonical context", "OOV-like here"], rows)
+            + (f'<p class="note">{esc(note)}.</p>' if note else ""))
 
 
 def run_card_html(view: RunView) -> str:
@@ -190,6 +234,9 @@ def run_card_html(view: RunView) -> str:
     numbers = f"{m['tokens']} tokens · E/T {m['e_t']:.0%} · OOV-like skips {m['oov_skips']} · {_fmt(m['wall_s'], '.1f', ' s')}"
     if view.strategy == "per-token":
         numbers += f" · <b>OOV-like damage {m['damaged']}</b>"
+    damage = view.damage_summary()
+    if damage is not None:
+        numbers += f" · drafter non-canonical {damage['non_canonical']} (max {damage['non_canonical_max']})"
     return (
         f'<div class="card"><div class="card-head"><b>{esc(view.label)}</b><span>{numbers}</span></div>'
         f'<div class="transcript">{transcript_html(view, pinnable=False)}</div></div>'

@@ -16,6 +16,9 @@ from safe_engine.errors import SafeEngineError
 from safe_engine.events import EVENT_TYPES
 
 
+DAMAGE_KEYS = ("non_canonical", "non_canonical_max", "kl_mean", "kl_max", "kl_sampled")  # the drafter's, from stats
+
+
 class TraceError(SafeEngineError):
     """A trace file that is not a JSONL list of engine events."""
 
@@ -45,9 +48,11 @@ class RunView:
     tokens: list[TokenView] = field(default_factory=list)
     points: list[dict] = field(default_factory=list)
     commits: list[dict] = field(default_factory=list)  # tokens, ensembled, elapsed (s since the run started) after each commit
+    damage: list[dict] = field(default_factory=list)  # the damage events, one after each commit (none in older traces)
     started: dict | None = None
     finished: dict | None = None
     pinned: int | None = None  # the token whose details the page shows (set by a click)
+    diverge: int | None = None  # the first token where this run and its what-if counterpart differ
     _pending: dict[int, dict] = field(default_factory=dict)  # id position → details of the round being decided
     _ids: int = 0  # drafter ids committed so far
 
@@ -73,6 +78,8 @@ class RunView:
             self._pending.setdefault(event["position"], {})["point"] = len(self.points) - 1
         elif kind == "text_committed":
             self._commit(event)
+        elif kind == "damage":
+            self.damage.append(event)
         elif kind == "run_finished":
             self.finished = event
 
@@ -141,6 +148,36 @@ class RunView:
             return None
         return self.tokens[self.pinned].point
 
+    def damage_after(self, index: int) -> dict | None:
+        """The damage event of the commit that holds token `index` (it counts the tokens committed so far)."""
+        return next((d for d in self.damage if d["tokens"] > index), None)
+
+    def damage_summary(self) -> dict | None:
+        """The drafter's context damage, every model's OOV-like predictions and (once finished) the output's
+        degeneration: the engine's summary when the run finished, folded from the damage events while it
+        runs (the two agree at the end); None for a trace recorded before runs measured damage."""
+        drafter = self.started["drafter"] if self.started else None
+        stats = (self.finished or {}).get("stats", {}).get("damage")
+        if stats:
+            own = stats["models"][drafter]
+            return {"drafter": drafter, **{k: own[k] for k in DAMAGE_KEYS},
+                    "oov_like_predictions": sum(m["oov_like_predictions"] for m in stats["models"].values()),
+                    "degeneration": stats["degeneration"]}
+        if not self.damage:
+            return None
+        counts = [d["models"][drafter] for d in self.damage]
+        kl = [c["kl"] for c in counts if c["kl"] is not None]
+        return {
+            "drafter": drafter,
+            "non_canonical": counts[-1]["non_canonical"],
+            "non_canonical_max": max(c["non_canonical"] for c in counts),
+            "kl_mean": sum(kl) / len(kl) if kl else None,
+            "kl_max": max(kl, default=None),
+            "kl_sampled": len(kl),
+            "oov_like_predictions": sum(m["oov_like"] for d in self.damage for m in d["models"].values()),
+            "degeneration": None,
+        }
+
     def metrics(self) -> dict:
         """Counted from the events, so a run cut short (Stop, a partial trace) still adds up."""
         tokens = len(self.tokens)
@@ -161,6 +198,18 @@ class RunView:
             "tokens_per_s": tokens / wall if wall else None,
             "stop_reason": self.finished["stop_reason"] if self.finished else None,
         }
+
+
+def first_difference(a: RunView, b: RunView) -> int | None:
+    """The first committed token where two runs differ (by text); None while they agree as far as both
+    go. A run that ended (not stopped) shorter than the other differs where it ended."""
+    for x, y in zip(a.tokens, b.tokens):
+        if x.text != y.text:
+            return x.index
+    for short, long in ((a, b), (b, a)):
+        if short.finished and short.finished["stop_reason"] != "stopped" and len(short.tokens) < len(long.tokens):
+            return len(short.tokens)
+    return None
 
 
 def split_runs(events: list[dict]) -> list[list[dict]]:

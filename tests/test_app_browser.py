@@ -96,7 +96,10 @@ def _run(page, prompt: str, max_new: int, models: str | None = None):
 def test_replay_steps_through_a_shipped_trace_without_models(page, tmp_path):
     events = [json.loads(line) for line in SAFE_TRACE.read_text().splitlines()]
     committed = sum(len(e["tokens"]) for e in events if e["kind"] == "text_committed")
+    manifest = json.loads((SAFE_TRACE.parent / "index.json").read_text(encoding="utf-8"))
+    assert manifest[0]["file"] == SAFE_TRACE.name
     page.get_by_role("tab", name="Replay").click()
+    expect(page.locator("#replay-caption")).to_contain_text(manifest[0]["caption"])
     tokens = page.locator("#replay-transcript .tok")
     expect(tokens).to_have_count(committed, timeout=30_000)
     expect(page.locator("#replay-timeline .main-svg").first).to_be_attached(timeout=PLOT_MS)
@@ -110,6 +113,10 @@ def test_replay_steps_through_a_shipped_trace_without_models(page, tmp_path):
     expect(page.locator("#replay-status")).to_contain_text("Event 12 of")
     assert tokens.count() < committed
     page.screenshot(path=str(tmp_path / "replay.png"), full_page=True)
+    page.locator("#replay-trace input").click()
+    page.get_by_role("option", name=Path(manifest[1]["file"]).stem).click()
+    expect(page.locator("#replay-caption")).to_contain_text(manifest[1]["caption"], timeout=30_000)
+    expect(page.locator("#replay-transcript .tok.damage").first).to_be_attached(timeout=30_000)  # the per-token trace
 
 
 def test_uploaded_trace_renders_markup_as_text(page, tmp_path):
@@ -177,7 +184,7 @@ def test_stop_ends_a_run_within_a_round(page):
 
 
 @pytest.mark.real_models
-def test_compare_runs_every_strategy_side_by_side(page):
+def test_compare_runs_every_strategy_side_by_side(page, tmp_path):
     page.locator("#max-new input").fill("6")  # the Compare tab uses the Live tab's settings
     page.get_by_role("tab", name="Compare").click()
     page.locator("#compare-prompt textarea").fill("The capital of Madagascar is")
@@ -189,6 +196,57 @@ def test_compare_runs_every_strategy_side_by_side(page):
     expect(page.locator("#compare-table")).to_contain_text("safe")
     expect(page.locator("#compare-bars .main-svg").first).to_be_attached(timeout=PLOT_MS)
     expect(page.locator("#compare-csv")).to_be_enabled()
+    damage = page.locator("#compare-damage")
+    expect(damage.locator(".main-svg").first).to_be_attached(timeout=PLOT_MS)
+    expect(damage).to_contain_text("non-canonical tokens")
+    expect(damage).to_contain_text("KL (nats)")
+    expect(damage.locator(".legendtext")).to_have_count(4)  # one line per run
+    expect(page.locator("#compare-table")).to_contain_text("drafter non-canonical")
+    expect(page.locator("#compare-table")).to_contain_text("longest token run")
+    measured = page.locator("#compare-measured")
+    expect(measured).to_contain_text(re.compile(r"SAFE ensembled \d+ of \d+ tokens \(E/T \d+%\) and took \d+\.\d\d× the wall time"))
+    expect(measured).to_contain_text("OOV-like predictions: per-token")
+    assert "about as much as" not in page.content()
+    page.screenshot(path=str(tmp_path / "compare.png"), full_page=True)
+
+
+def test_what_if_without_a_finished_run_says_so(page):
+    page.locator("#whatif-run").click()
+    expect(page.locator("#branch-status")).to_contain_text("no finished run to branch from", timeout=30_000)
+    assert "Traceback" not in page.content()
+
+
+@pytest.mark.real_models
+def test_what_if_branch_forces_a_token_and_marks_the_first_difference(page, tmp_path):
+    expect(page.locator("#live-timeline .main-svg").first).to_be_attached(timeout=PLOT_MS)
+    _run(page, "The capital of Madagascar is", 8)
+    expect(page.locator("#live-status")).to_contain_text("Done", timeout=RUN_MS)
+    original = page.locator("#live-transcript .tok")
+    count = original.count()
+    page.locator("#whatif-run").click()
+    expect(page.locator("#branch-status")).to_contain_text("pin a token", timeout=30_000)
+    original.nth(2).click()
+    expect(page.locator("#whatif-hint")).to_contain_text("token #2", timeout=30_000)
+    expect(page.locator("#live-details")).to_contain_text("damage after the commit that holds it")
+    page.locator("#whatif-choices label").first.click()
+    expect(page.locator("#whatif-text textarea")).not_to_have_value("")
+    page.locator("#whatif-run").click()
+    expect(page.locator("#branch-status")).to_contain_text("first differ at token #2", timeout=RUN_MS)
+    forced = page.locator("#branch-transcript .tok.forced")
+    expect(forced).to_have_count(1)
+    expect(forced).to_have_attribute("data-i", "2")
+    expect(forced).to_have_class(re.compile(r"\bdiverge\b"))
+    expect(page.locator("#live-transcript .tok.diverge")).to_have_attribute("data-i", "2")
+    assert original.count() == count  # the original run stays as it was
+    expect(page.locator("#branch-metrics")).to_contain_text("non-canonical")
+    expect(page.locator("#branch-damage .main-svg").first).to_be_attached(timeout=PLOT_MS)
+    expect(page.locator("#branch-damage .legendtext")).to_have_count(2)
+    page.screenshot(path=str(tmp_path / "what-if.png"), full_page=True)
+    page.locator("#whatif-text textarea").fill("")
+    page.locator("#whatif-run").click()
+    expect(page.locator("#branch-status")).to_contain_text("pick a candidate or type", timeout=30_000)
+    expect(forced).to_have_count(1)  # a bad input keeps the branch already shown
+    assert "Traceback" not in page.content()
 
 
 @pytest.mark.real_models

@@ -110,7 +110,7 @@ def test_details_legend_metrics_status_escape(view):
     assert "Click a token" in details_html(view, None)
     assert "&lt;script&gt;" in metrics_html(view) and "<script" not in metrics_html(view)
     assert "<script" not in status_html(EVIL, "warn")
-    assert legend_html().count('class="legend-item"') == len(LEGEND) == 9
+    assert legend_html().count('class="legend-item"') == len(LEGEND) == 10
     grid = compare_html([view, RunView.of(synthetic_run("per-token"))])
     assert grid.count('class="card"') == 2 and "OOV-like damage 1" in grid and "<script" not in grid
 

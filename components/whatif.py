@@ -1,0 +1,187 @@
+"""What-if branching: pin a token of a finished Live run, commit another text in its place, and watch the
+run go on from there with the same models and settings (the engine's `DecodeConfig.force`), below the
+original, with the first token where the two runs differ marked in both transcripts."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+import gradio as gr
+
+from safe_engine.alignment import EOS_KEY
+from safe_engine.decoding import DecodeConfig, decode
+from safe_engine.errors import ConfigError, SafeEngineError
+
+from . import charts
+from .panel import RunPanel
+from .pool import ModelPool
+from .runner import ChartClock, load, problem, stopper, user_message
+from .stops import Stops
+from .text import esc, quoted
+from .transcript import status_html, transcript_html
+from .view import RunView, first_difference, save_trace
+
+HINT = "<b>What-if:</b> once a run has finished, pin one of its tokens to commit another text in its place."
+BYTE_PIECE = re.compile(r"<0x[0-9A-F]{2}>")  # how events show a token that is part of a character
+CANDIDATES = 10  # the most offered, highest p first
+IDLE = "No branch yet: pin a token of a finished run above, pick or type another text and press Commit this instead."
+
+
+@dataclass(frozen=True)
+class Origin:
+    """What a branch repeats of the run it branches from (kept in session state when that run starts)."""
+
+    prompt: str
+    specs: tuple[str, ...]
+    config: DecodeConfig
+
+
+def candidates(view: RunView, index: int) -> list[tuple[str, str]]:
+    """(label, text) to commit instead of token `index`: the top of its ensemble point's union table, else the
+    drafter's top-k where it was drafted. Leaves out the committed text (forcing it changes nothing), the
+    end marker and pieces of a character (shown as <0xNN>): a forced text is spelled as text, so it can
+    neither end the answer nor be part of a character."""
+    t = view.tokens[index]
+    if t.point is not None:
+        rows = [(r["text"], r["after"] if r["after"] is not None else r["before"]) for r in view.points[t.point]["table"]]
+    elif t.draft:
+        rows = [(c["text"], c["p"]) for c in t.draft["top_k"]]
+    else:
+        rows = []
+    seen, out = {t.text, EOS_KEY, ""}, []
+    for text, p in rows:
+        if text not in seen and not BYTE_PIECE.search(text):
+            seen.add(text)
+            out.append((f"{quoted(text)}  p {p:.3f}", text))
+    return out[:CANDIDATES]
+
+
+def branch_config(origin: Origin, view: RunView, index: int, text: str) -> DecodeConfig:
+    """The original run's config and seed (a sampled run repeats its prefix) with `text` forced at `index`.
+    The original's forces before `index` stay; later ones belonged to the continuation the branch replaces."""
+    if not text:
+        raise ConfigError("pick a candidate or type the text to commit instead")
+    forces = tuple((i, s) for i, s in origin.config.force if i < index) + ((index, text),)
+    config = replace(origin.config, seed=view.started["config"]["seed"], force=forces)
+    config.validate(len(origin.specs))
+    return config
+
+
+class WhatIf:
+    """The controls live under the Live panel's pinned details (`controls`, passed to that RunPanel); the
+    branch's own panel below the Live panel (`section`); `wire` connects them once both exist."""
+
+    def __init__(self, pool: ModelPool, stops: Stops):
+        self.pool, self.stops = pool, stops
+        self.origin = gr.State(None)  # the Origin of the Live run shown, set when it starts
+        self.index = gr.State(None)  # the pinned token to branch at
+
+    def controls(self) -> None:
+        with gr.Group(elem_classes="whatif"):
+            self.hint = gr.HTML(HINT, elem_id="whatif-hint")
+            self.choices = gr.Radio([], label="Its top candidates (the ensemble's union, or the drafter's top-k)", visible=False,
+                                    elem_id="whatif-choices")
+            self.text = gr.Textbox(label="Text to commit instead (a candidate fills it in)", lines=1, elem_id="whatif-text")
+            with gr.Row():
+                self.run = gr.Button("Commit this instead", variant="primary", elem_id="whatif-run")
+                self.stop = gr.Button("Stop branch", variant="stop", elem_id="whatif-stop")
+
+    def section(self) -> None:
+        gr.Markdown("### What-if branch", elem_id="branch-title")
+        self.status = gr.HTML(status_html(IDLE), elem_id="branch-status")
+        self.panel = RunPanel("branch", plots=False)
+        self.damage = gr.Plot(charts.damage([]), show_label=False, elem_id="branch-damage")
+        self.download = gr.DownloadButton("Download branch trace (JSONL)", interactive=False, elem_id="branch-download")
+
+    def wire(self, original: RunPanel) -> None:
+        self.original = original
+        original.transcript.pin(self.on_pin, [original.view], [self.hint, self.choices, self.text, self.index], api_visibility="private")
+        self.choices.input(lambda text: text, [self.choices], [self.text], api_visibility="private")
+        self.run.click(self.branch, [self.origin, original.view, self.index, self.text],
+                       [self.status, self.damage, self.download, *self.panel.outputs, original.view, original.transcript],
+                       concurrency_id="models", concurrency_limit=1, api_visibility="private")
+        self.stop.click(stopper(self.stops), None, None, queue=False, api_visibility="private")
+
+    @property
+    def reset_outputs(self) -> list:
+        return [self.origin, self.index, self.hint, self.choices, self.text, self.status, self.damage, self.download, *self.panel.outputs]
+
+    def reset(self, origin: Origin) -> dict:
+        """A new Live run: remember how it was made; the old branch and pin no longer apply."""
+        return {self.origin: origin, self.index: None, self.hint: HINT, self.choices: gr.Radio(choices=[], value=None, visible=False),
+                self.text: "", self.status: status_html(IDLE), self.damage: charts.damage([]),
+                self.download: gr.DownloadButton(value=None, interactive=False)} | self.panel.fresh(RunView())
+
+    def offer(self, view: RunView, index: int | None) -> dict:
+        """The controls for branching at token `index` of `view` (nothing to offer before the run finished)."""
+        if view.finished is None or index is None or not 0 <= index < len(view.tokens):
+            return {self.hint: HINT, self.choices: gr.Radio(choices=[], value=None, visible=False), self.index: None}
+        t, options = view.tokens[index], candidates(view, index)
+        hint = (f"<b>What-if at token #{index}</b> {esc(quoted(t.text))}: pick one of its candidates or type a text, then "
+                "press Commit this instead. The run goes on from there with the same models and settings.")
+        return {self.hint: hint, self.choices: gr.Radio(choices=options, value=None, visible=bool(options)), self.text: "", self.index: index}
+
+    def on_pin(self, view: RunView, evt: gr.EventData) -> dict:
+        return self.offer(view, int(evt.idx))
+
+    def branch(self, request: gr.Request, origin: Origin | None, original: RunView, index: int | None, text: str):
+        try:
+            if origin is None or original.finished is None:
+                raise ConfigError("there is no finished run to branch from: run a prompt and let it finish (or stop it)")
+            if index is None or not 0 <= index < len(original.tokens):
+                raise ConfigError("pin a token of the finished run first (click it)")
+            config = branch_config(origin, original, index, text or "")
+        except SafeEngineError as exc:
+            yield problem(self.status, exc, "branch")
+            return
+        loaded = yield from load(self.pool, self.stops, self.status, request.session_hash, list(origin.specs), "branch")
+        if loaded is None:
+            return
+        models, flag = loaded
+        try:
+            events = decode(models, origin.prompt, config, flag)
+        except SafeEngineError as exc:  # e.g. the drafter cannot spell the text
+            self.stops.disarm(request.session_hash, flag)
+            yield problem(self.status, exc, "branch")
+            return
+        view, clock = RunView(), ChartClock()
+        original.diverge = None
+        doing = f"What-if: {quoted(text)} at token #{index} instead of {quoted(original.tokens[index].text)}"
+        yield ({self.status: status_html(f"{doing}; the run goes on with the same models and settings…", "busy"),
+                self.damage: charts.damage([]), self.download: gr.DownloadButton(value=None, interactive=False),
+                self.original.view: original, self.original.transcript: transcript_html(original)} | self.panel.fresh(view))
+        try:
+            for event in events:
+                view.add(event.to_dict())
+                if event.kind in ("text_committed", "run_finished"):
+                    yield self._progress(original, view, clock.due())
+            outcome = status_html(f"{doing}: {_outcome(view)}")
+        except Exception as exc:  # keep both runs as far as they got
+            outcome = status_html(f"The branch broke off: {user_message(exc)}. Both transcripts so far are kept.", "error")
+        finally:
+            self.stops.disarm(request.session_hash, flag)
+        trace = gr.DownloadButton(value=save_trace(view.events, "what-if-trace"), interactive=True)
+        yield {self.status: outcome, self.download: trace} | self._progress(original, view, True)
+
+    def _progress(self, original: RunView, view: RunView, with_chart: bool) -> dict:
+        """The branch so far; the first difference marked in both runs as soon as it is known."""
+        diverge = first_difference(original, view)
+        out = {}
+        if diverge != view.diverge:
+            original.diverge = view.diverge = diverge
+            out = {self.original.view: original, self.original.transcript: transcript_html(original)}
+        out |= self.panel.show(view)
+        if with_chart:
+            out[self.damage] = charts.damage([("original", original), ("what-if", view)])
+        return out
+
+
+def _outcome(branch: RunView) -> str:
+    """How the finished branch compares with the original, in the status line."""
+    stopped = branch.finished is not None and branch.finished["stop_reason"] == "stopped"
+    if branch.diverge is not None:
+        verdict = f"the runs first differ at token #{branch.diverge} (≠ and a bar in both transcripts)"
+    else:
+        verdict = "no token differs from the original" + (" as far as the branch went" if stopped else "")
+    return ("stopped; " if stopped else "") + verdict + ". Damage, original vs what-if, is charted below the branch."
