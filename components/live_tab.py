@@ -101,6 +101,7 @@ class LiveTab:
 
 def _finished(view: RunView) -> str:
     m = view.metrics()
-    reason = {"eos": "the model ended its answer", "max_new_tokens": "max new tokens reached", "stopped": "stopped"}.get(m["stop_reason"], m["stop_reason"])
+    reason = {"eos": "the model ended its answer", "stop": "a stop sequence ended it", "max_new_tokens": "max new tokens reached",
+              "stopped": "stopped"}.get(m["stop_reason"], m["stop_reason"])
     return (f"Done ({reason}): {m['tokens']} tokens, E/T {m['e_t']:.1%}, {m['tokens_per_s'] or 0:.1f} tokens/s. "
             "Click a token for its details, or to branch from it.")

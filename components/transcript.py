@@ -55,6 +55,8 @@ def why(t: TokenView, view: RunView) -> str:
         text = "committed as drafted: one model decodes alone and nothing checks it"
     elif t.decision == "forced":
         text = "forced: you committed this text here" + (f" instead of {quoted(t.drafted)}" if t.drafted is not None else " (the strategy picked it too)")
+    elif t.decision == "skipped-oov" and t.reason == "a special token with no text":
+        text = "not ensembled: a special token that writes no text, so no other model can see it"
     elif t.decision == "skipped-oov" and t.reason == "inside a character":
         text = "not ensembled: the drafter is in the middle of spelling a character in bytes, where no other model has a position"
     elif t.decision == "skipped-oov":
@@ -214,13 +216,18 @@ def details_html(view: RunView, index: int | None) -> str:
     return "".join(parts) + "</div>"
 
 
+def _kl_cell(m: dict) -> str:
+    if m["kl"] is not None:
+        return f"{m['kl']:.3f} nats"
+    return "not measured (budget spent)" if m.get("kl_eligible") else "—"
+
+
 def _damage_table(view: RunView, t: TokenView) -> str:
     """Each model's damage measured after the commit that holds `t` (nothing for older traces)."""
     damage = view.damage_after(t.index)
     if damage is None:
         return ""
-    rows = [[esc(name), str(m["non_canonical"]), _fmt(m["kl"], ".3f", " nats"), "yes" if m["oov_like"] else "no"]
-            for name, m in damage["models"].items()]
+    rows = [[esc(name), str(m["non_canonical"]), _kl_cell(m), "yes" if m["oov_like"] else "no"] for name, m in damage["models"].items()]
     steps = view.started["config"].get("damage_kl_steps")
     note = f"KL is measured only where a context is non-canonical, at most {steps} times a run; — where it was not" if steps is not None else ""
     return (f"<h4>damage after the commit that holds it ({damage['tokens']} tokens committed)</h4>"

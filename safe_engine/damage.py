@@ -96,23 +96,25 @@ class DamageMeter:
         self._canonical: ModelSession | None = None  # the drafter fed its canonical tokenization, for KL
 
     def measure(self, run) -> dict[str, dict]:
-        """This commit's measures per model: {"non_canonical": n, "kl": nats or None}."""
+        """This commit's measures per model: {"non_canonical": n, "kl": nats or None, "kl_eligible": bool}
+        (eligible: the context is non-canonical and a prediction follows; then None means the budget ran out)."""
         drafter, raw = run.drafter, run.response.raw
         complete = run.response.complete_length
         canonical = tokenize(drafter.lm.vocab, raw[:complete])
         spans = [s for s in drafter.lm.vocab.spans(run.response.ids) if s[1] <= complete]
         count = non_canonical(spans, canonical.spans)
-        kl = None
+        kl, eligible = None, False
         own = self.models[drafter.name]
         own.non_canonical, own.non_canonical_max = count, max(own.non_canonical_max, count)
         if count and complete == len(raw) and not run.ended:  # a next prediction follows
+            eligible = True
             own.kl_eligible += 1
             if self.kl_left > 0:
                 self.kl_left -= 1
                 kl = self._kl(run, canonical.ids)
                 own.kl.append(kl)
-        out = {drafter.name: {"non_canonical": count, "kl": kl}}
-        return out | {v.name: {"non_canonical": 0, "kl": None} for v in run.verifiers}
+        out = {drafter.name: {"non_canonical": count, "kl": kl, "kl_eligible": eligible}}
+        return out | {v.name: {"non_canonical": 0, "kl": None, "kl_eligible": False} for v in run.verifiers}
 
     def _kl(self, run, canonical_ids: list[int]) -> float:
         """KL between the drafter's next-token distribution after the canonical ids and after its own."""

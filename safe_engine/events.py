@@ -147,13 +147,14 @@ class TextCommitted(Event):
 class DamageMeasured(Event):
     """After each commit (`damage.py`): per model, how many of its context tokens are not its canonical
     tokenization of the text, the KL of its next-token distribution against the canonical one (None where
-    it was not measured: a canonical context, or past `damage_kl_steps`), and whether this commit left it
-    predicting from a position that is not one of its token boundaries."""
+    it was not measured), whether it could have been (`kl_eligible`: a non-canonical context; None then
+    means the `damage_kl_steps` budget was spent), and whether this commit left it predicting from a
+    position that is not one of its token boundaries."""
 
     kind: ClassVar[str] = "damage"
     round: int
     tokens: int  # committed tokens so far
-    models: dict[str, dict]  # name -> {"non_canonical": int, "kl": float | None, "oov_like": bool}
+    models: dict[str, dict]  # name -> {"non_canonical": int, "kl": float | None, "kl_eligible": bool, "oov_like": bool}
 
 
 @dataclass

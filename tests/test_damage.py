@@ -91,6 +91,9 @@ def test_damage_events_follow_every_commit_and_add_up(words, chars):
     assert summary["models"][words.name]["non_canonical"] == damages[-1].models[words.name]["non_canonical"]
     measured = [d.models[words.name]["kl"] for d in damages if d.models[words.name]["kl"] is not None]
     assert len(measured) == summary["models"][words.name]["kl_sampled"] <= 2
+    eligible = [d.models[words.name]["kl_eligible"] for d in damages]
+    assert sum(eligible) == summary["models"][words.name]["kl_eligible"]
+    assert all(e for d, e in zip(damages, eligible) if d.models[words.name]["kl"] is not None)
     oov_like = sum(d.models[chars.name]["oov_like"] for d in damages)
     assert oov_like == summary["models"][chars.name]["oov_like_predictions"]
     assert set(summary["degeneration"]) == {"repeated_4gram_rate", "longest_token_run", "longest_line_run", "whitespace_share", "replacement_chars"}

@@ -241,3 +241,11 @@ def test_every_new_decision_reason_renders_and_explains_itself():
         view = RunView.of([e.to_dict() for e in decode(models, P, config)])
         html = transcript_html(view) + "".join(details_html(view, t.index) for t in view.tokens)
         assert phrase in html + "".join(why(t, view) for t in view.tokens), phrase
+
+
+def test_a_kl_the_budget_skipped_is_not_shown_as_a_canonical_context():
+    from components.transcript import _kl_cell
+
+    assert _kl_cell({"kl": 0.25, "kl_eligible": True}) == "0.250 nats"
+    assert _kl_cell({"kl": None, "kl_eligible": True}) == "not measured (budget spent)"
+    assert _kl_cell({"kl": None, "kl_eligible": False}) == _kl_cell({"kl": None}) == "—"
