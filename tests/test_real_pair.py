@@ -95,3 +95,14 @@ def test_cli_bad_input_is_one_line_and_exit_2(capsys, argv, message):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and message in err[0]
+
+
+@pytest.mark.parametrize("mode", ["exact", "fast"])
+def test_cli_three_models_in_both_modes(embedded_pair, capsys, mode):
+    """The issue's command: Gemma drafts, two SmolLM2 verifiers (each with its own session)."""
+    argv = ["generate", "--models", "embedded:gemma-3-270m", "embedded:smollm2-135m-instruct", "embedded:smollm2-135m-instruct",
+            "--strategy", "safe", "--safe-mode", mode, "--max-new-tokens", "12", "--prompt", PROMPT, "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["models"] == ["gemma-3-270m", "smollm2-135m-instruct", "smollm2-135m-instruct#2"]
+    assert set(out["oov_skips"]) == {"smollm2-135m-instruct", "smollm2-135m-instruct#2"} and out["tokens"] == 12

@@ -191,6 +191,9 @@ def test_good_form_input_builds_a_config():
     specs, config = build(prompt="Hi", **(FORM | {"drafter": "embedded:smollm2-135m-instruct", "strategy": "per-token"}))
     assert specs == parse_specs("embedded:gemma-3-270m, embedded:smollm2-135m-instruct")
     assert (config.drafter, config.strategy, config.max_new_tokens) == (1, "per-token", 16)
+    three = "embedded:gemma-3-270m\nembedded:smollm2-135m-instruct\nembedded:smollm2-135m-instruct"  # one per line
+    specs, config = build(prompt="Hi", **(FORM | {"models_text": three, "temperature": 0.7, "seed": 5, "gate": "off"}))
+    assert len(specs) == 3 and (config.temperature, config.seed, config.ensemble.gate) == (0.7, 5, False)
 
 
 def test_app_builds_and_rejects_a_bad_model_spec_before_launching(capsys):
@@ -201,6 +204,7 @@ def test_app_builds_and_rejects_a_bad_model_spec_before_launching(capsys):
     assert tabs == ["Ensemble live", "Compare", "Benchmark", "Replay", "Tokenizers"]
     assert app.main(["--models", "embedded:nope"]) == 2
     assert "unknown embedded model" in capsys.readouterr().err
+    assert app.main(["--cpu-int8", "--models", "embedded:nope"]) == 2  # the int8 flag parses; the bad spec still fails first
 
 
 def test_app_says_so_when_its_port_is_taken(capsys):
