@@ -52,8 +52,10 @@ def wait_for(url: str, seconds: float = 180) -> None:
 
 
 def app_tokens_per_s(client, prompt: str, max_new: int) -> float:
-    result = client.predict(prompt, "\n".join(DEFAULT_MODELS), DEFAULT_MODELS[0], "safe", max_new, 5, 10, "heuristic",
-                            0.1, "unite", "fast", api_name="/generate")
+    c = DecodeConfig()  # the Live form's inputs in order, at the engine's defaults (as the engine side runs)
+    result = client.predict(prompt, "\n".join(DEFAULT_MODELS), DEFAULT_MODELS[0], "safe", max_new, c.lookahead, c.ensemble.top_k,
+                            c.ensemble.sharpen, c.ensemble.sharpen_lambda, c.ensemble.method, c.safe_mode, c.per_token_commit,
+                            "auto", c.temperature, c.top_p, None, api_name="/generate")
     download = next(item for item in result if isinstance(item, dict) and str(item.get("value", "")).endswith(".jsonl"))
     trace = Path(download["value"])  # the app's "Download trace" button, on this machine's disk
     finished = [json.loads(line) for line in trace.read_text().splitlines() if '"run_finished"' in line][-1]
@@ -75,8 +77,8 @@ def main() -> None:
         client = Client(f"http://127.0.0.1:{port}/", verbose=False)
         app_tokens_per_s(client, "Hi", 4)  # loads and warms the app's models
         models = load_models(list(DEFAULT_MODELS))
-        warm_up(models)
         config = DecodeConfig(max_new_tokens=args.max_new_tokens)
+        warm_up(models, config)
         ratios = []
         print("| prompt | engine tok/s | app tok/s | app / engine |\n|---|---|---|---|")
         for _ in range(args.repeats):

@@ -57,8 +57,8 @@ def search(args) -> None:
     results = out / "results.jsonl"
     done = {(r["id"], r["label"]) for r in read(results)}
     models = load_models(list(DEFAULT_MODELS))
-    warm_up(models)
     config = DecodeConfig(max_new_tokens=args.max_new_tokens)
+    warm_up(models, config)
     with open(results, "a", encoding="utf-8") as sink:
         for number, row in enumerate(prompts, 1):
             todo = [(label, run_models, run_config) for label, run_models, run_config in plan(models, config)
