@@ -35,8 +35,9 @@ def single_round(run: Decoder) -> Iterator[Event]:
         pieces.append(piece)
         if forced:  # the rest of the draft followed another text
             break
-    run.stats.accepted_drafts += sum(1 for _, info in pieces if info["decision"] == "accepted")
-    yield run.commit(pieces)
+    event = run.commit(pieces)  # a stop sequence may end it early
+    run.stats.accepted_drafts += sum(1 for t in event.tokens if t.decision == "accepted")
+    yield event
 
 
 STEPS: dict[str, Callable[[Decoder], Iterator[Event]]] = {"single": single_round, "per-token": per_token_step, "safe": safe_round}

@@ -46,16 +46,18 @@ def safe_round(run: Decoder) -> Iterator[Event]:
             ids, point = run.ensemble_at(len(run.response.ids) + j, views, token_id, check.token)
             yield point
             info["sharpened"] = point.sharpening is not None
-            piece = (ids, info | {"drafted": check.token} if point.changed else info)
-            ends_round = point.changed or run.config.safe_mode == "exact"
+            if point.changed:
+                info["drafted"] = check.token
+            piece, ends_round = (ids, info), point.changed or run.config.safe_mode == "exact"
         piece, forced = run.override(run.stats.tokens + len(pieces), piece)
         pieces.append(piece)
         if ends_round or forced:
             break
-    run.stats.accepted_drafts += sum(1 for _, info in pieces if info.get("drafted") is None)
+    event = run.commit(pieces)  # a stop sequence may end it early
+    run.stats.accepted_drafts += sum(1 for t in event.tokens if t.drafted is None)
     if run.config.adaptive_lookahead:
-        adapt_lookahead(run, replaced=pieces[-1][1].get("drafted") is not None, committed=len(pieces))
-    yield run.commit(pieces)
+        adapt_lookahead(run, replaced=event.tokens[-1].drafted is not None, committed=len(event.tokens))
+    yield event
 
 
 @dataclass
