@@ -8,7 +8,7 @@ both commit modes (UniTE's first sub-token, and the full spelling) and SAFE; app
 OUT/results.jsonl (rerunning resumes) and each prompt's events to OUT/traces/ID.jsonl. Then it writes a
 report (default benchmarks/results/collapse_search.md) ranking prompts by how much worse per-token's
 output is than both SAFE's and the single models', with the distribution of degenerate outputs per
-strategy. `--ship K` copies the K clearest cases (the drafter alone, per-token, SAFE) into assets/traces/.
+strategy. `--ship K` copies the K clearest cases (per-token, SAFE, the drafter alone) into assets/traces/.
 
 Severity of one output, 0..1: the largest of the repeated 4-gram rate, the longest token run / 16, the
 longest line run / 8, the whitespace share / 0.6 and 1 if it holds U+FFFD (`safe_engine.damage`).
@@ -96,15 +96,16 @@ def drafter_damage(record: dict, key: str):
 
 
 def ranked(prompts: dict[str, dict[str, dict]]) -> list[tuple[float, str]]:
-    """Prompts by per-token's severity over the worst of SAFE and the singles, then by its drafter's context damage."""
+    """Prompts where per-token damaged its drafter's context more than SAFE did first (the damage the app teaches),
+    each group by per-token's severity over the worst of SAFE and the singles."""
     scores = []
     for pid, runs in prompts.items():
         singles = [r for label, r in runs.items() if label.startswith("single:")]
         worst_per_token = max(runs[label]["severity"] for label in PER_TOKEN)
         baseline = max([runs["safe"]["severity"]] + [r["severity"] for r in singles])
         context = drafter_damage(runs["per-token"], "non_canonical_max") - drafter_damage(runs["safe"], "non_canonical_max")
-        scores.append((worst_per_token - baseline, context, pid))
-    return [(score, pid) for score, _, pid in sorted(scores, reverse=True)]
+        scores.append((context > 0, worst_per_token - baseline, pid))
+    return [(score, pid) for _, score, pid in sorted(scores, reverse=True)]
 
 
 def report(args) -> None:
@@ -117,16 +118,17 @@ def report(args) -> None:
              "Produced by `python benchmarks/collapse_search.py` on the embedded pair (Gemma-3-270M drafts, "
              f"SmolLM2-135M verifies), greedy, at most {args.max_new_tokens} new tokens per run. A run is *degenerate* when its longest token run ≥ 8, longest line run ≥ 4, "
              "repeated 4-gram rate ≥ 0.5 or whitespace share ≥ 0.3 (`safe_engine/damage.py`).", "",
-             "| strategy | degenerate | median severity | median repeated 4-grams | median drafter non-canonical (max) | median KL (nats) | outputs with U+FFFD |",
+             "| strategy | degenerate | median severity | median repeated 4-grams | drafter's non-canonical context (most in a run): mean / runs ≥ 20 / runs ≥ 100 | median KL (nats) | outputs with U+FFFD |",
              "|---|---|---|---|---|---|---|"]
     for label in labels:
         runs = [p[label] for p in prompts.values()]
         kls = [drafter_damage(r, "kl_mean") for r in runs if drafter_damage(r, "kl_mean") is not None]
+        context = [drafter_damage(r, "non_canonical_max") for r in runs]
         kl = f"{statistics.median(kls):.3f} ({len(kls)} runs measured)" if kls else "—"
         lines.append(
             f"| {label} | {sum(r['degenerate'] for r in runs)} of {len(runs)} | {statistics.median(r['severity'] for r in runs):.2f} | "
             f"{statistics.median(r['damage']['degeneration']['repeated_4gram_rate'] for r in runs):.2f} | "
-            f"{statistics.median(drafter_damage(r, 'non_canonical_max') for r in runs):.0f} | {kl} | "
+            f"{statistics.mean(context):.1f} / {sum(c >= 20 for c in context)} / {sum(c >= 100 for c in context)} | {kl} | "
             f"{sum(r['damage']['degeneration']['replacement_chars'] > 0 for r in runs)} |"
         )
     kinds = sorted({runs["safe"]["kind"] for runs in prompts.values()})
@@ -136,7 +138,8 @@ def report(args) -> None:
         group = [runs for runs in prompts.values() if runs["safe"]["kind"] == kind]
         lines.append(f"| {kind} | {len(group)} | " + " | ".join(str(sum(g[label]['degenerate'] for g in group)) for label in labels) + " |")
     order = ranked(prompts)
-    lines += ["", "Clearest cases (per-token severity minus the worst of SAFE and the singles):", "",
+    lines += ["", ("Clearest cases: first where per-token left its drafter more non-canonical context than SAFE did, each group by "
+              "score = per-token severity minus the worst of SAFE and the singles:"), "",
               "| prompt | kind | score | per-token | per-token-full | SAFE | singles | drafter non-canonical: per-token / SAFE |",
               "|---|---|---|---|---|---|---|---|"]
     for score, pid in order[:15]:
@@ -153,7 +156,7 @@ def report(args) -> None:
 
 
 def ship(args, prompts: dict[str, dict[str, dict]], chosen: list[str]) -> None:
-    """Copy the drafter-alone, per-token and SAFE runs of each chosen prompt into assets/traces/."""
+    """Copy the per-token, SAFE and drafter-alone runs of each chosen prompt into assets/traces/."""
     for rank, pid in enumerate(chosen, 1):
         runs = [[]]
         for line in (Path(args.out) / "traces" / f"{pid}.jsonl").read_text(encoding="utf-8").splitlines():
@@ -161,7 +164,9 @@ def ship(args, prompts: dict[str, dict[str, dict]], chosen: list[str]) -> None:
             if event["kind"] == "run_started":
                 runs.append([])
             runs[-1].append(event)
-        keep = [run for run in runs[1:] if _label(run[0]) in ("per-token", "safe") or _label(run[0]) == f"single:{run[0]['drafter']}"]
+        finished = {_label(run[0]): run for run in runs[1:] if run[-1]["kind"] == "run_finished"}  # a resumed search left broken runs
+        drafter = finished["safe"][0]["drafter"]
+        keep = [finished[label] for label in ("per-token", "safe", f"single:{drafter}")]  # Replay opens on the first
         target = SHIPPED / f"0{rank}-why-per-token-fails-{pid}.jsonl"
         target.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for run in keep for e in run), encoding="utf-8")
         p = prompts[pid]

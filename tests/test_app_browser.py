@@ -93,13 +93,18 @@ def _run(page, prompt: str, max_new: int, models: str | None = None):
     page.locator("#run").click()
 
 
-def test_replay_steps_through_a_shipped_trace_without_models(page, tmp_path):
+def test_replay_opens_on_a_real_collapse_and_steps_through_a_shipped_trace(page, tmp_path):
     events = [json.loads(line) for line in SAFE_TRACE.read_text().splitlines()]
     committed = sum(len(e["tokens"]) for e in events if e["kind"] == "text_committed")
     manifest = json.loads((SAFE_TRACE.parent / "index.json").read_text(encoding="utf-8"))
-    assert manifest[0]["file"] == SAFE_TRACE.name
+    assert "why-per-token-fails" in manifest[0]["file"]
     page.get_by_role("tab", name="Replay").click()
     expect(page.locator("#replay-caption")).to_contain_text(manifest[0]["caption"])
+    expect(page.locator("#replay-run")).to_be_visible()  # per-token, SAFE and the drafter alone
+    expect(page.locator("#replay-transcript .tok.damage").first).to_be_attached(timeout=30_000)  # per-token opens
+    page.locator("#replay-trace input").click()
+    page.get_by_role("option", name=SAFE_TRACE.stem).click()
+    expect(page.locator("#replay-caption")).to_contain_text(next(e["caption"] for e in manifest if e["file"] == SAFE_TRACE.name), timeout=30_000)
     tokens = page.locator("#replay-transcript .tok")
     expect(tokens).to_have_count(committed, timeout=30_000)
     expect(page.locator("#replay-timeline .main-svg").first).to_be_attached(timeout=PLOT_MS)
@@ -113,10 +118,6 @@ def test_replay_steps_through_a_shipped_trace_without_models(page, tmp_path):
     expect(page.locator("#replay-status")).to_contain_text("Event 12 of")
     assert tokens.count() < committed
     page.screenshot(path=str(tmp_path / "replay.png"), full_page=True)
-    page.locator("#replay-trace input").click()
-    page.get_by_role("option", name=Path(manifest[1]["file"]).stem).click()
-    expect(page.locator("#replay-caption")).to_contain_text(manifest[1]["caption"], timeout=30_000)
-    expect(page.locator("#replay-transcript .tok.damage").first).to_be_attached(timeout=30_000)  # the per-token trace
 
 
 def test_uploaded_trace_renders_markup_as_text(page, tmp_path):
