@@ -68,14 +68,12 @@ def _decoding_options(parser: argparse.ArgumentParser, with_strategy: bool, one_
     parser.add_argument("--temperature", type=float, default=DEFAULTS.temperature, help="0: greedy (the paper's setting)")
     parser.add_argument("--top-p", type=float, default=DEFAULTS.top_p, help="nucleus sampling mass (with --temperature)")
     parser.add_argument("--seed", type=int, help="sampling seed (default: a fresh one, reported in the output)")
-    parser.add_argument("--adaptive-lookahead", action="store_true",
-                        help="SAFE: draft fewer tokens after a replacement (faster when models disagree often; changes outputs)")
     parser.add_argument("--stop", action="append", default=[], metavar="TEXT",
                         help="end the run at this text (repeatable; not inside the response's leading whitespace)")
     parser.add_argument("--draft-gate", type=float, default=DEFAULTS.draft_gate, metavar="TAU",
-                        help="SAFE: end a draft right after a token the drafter gives p < TAU (0: off)")
+                        help="SAFE: end a draft right after a token the drafter gives p < TAU (default %(default)s; 0: the paper's full drafts; see README)")
     parser.add_argument("--cpu-int8", action="store_true",
-                        help="int8 weights on the CPU (about twice as fast per step; outputs can change, see README)")
+                        help="int8 weights on the CPU (about 5× as fast per step here; outputs change, see README)")
     parser.add_argument("--damage-kl-steps", type=int, default=DEFAULTS.damage_kl_steps, metavar="N",
                         help="measure the conditioning-damage KL at most N times (one extra forward pass each; 0: off)")
     parser.add_argument("--device", default="auto", help="auto (cuda, mps, cpu), cpu, cuda, cuda:1, mps")
@@ -142,7 +140,7 @@ def _config(args, strategy: str) -> DecodeConfig:
     config = DecodeConfig(
         strategy=strategy, max_new_tokens=args.max_new_tokens, lookahead=args.lookahead, drafter=drafter,
         safe_mode=args.safe_mode, per_token_commit=args.per_token_commit, ensemble=ensemble,
-        temperature=args.temperature, top_p=args.top_p, seed=args.seed, adaptive_lookahead=args.adaptive_lookahead,
+        temperature=args.temperature, top_p=args.top_p, seed=args.seed,
         force=tuple(getattr(args, "force", [])), damage_kl_steps=args.damage_kl_steps, stop=tuple(args.stop),
         draft_gate=args.draft_gate,
     )

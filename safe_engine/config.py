@@ -26,8 +26,7 @@ class DecodeConfig:
     temperature: float = 0.0  # 0: greedy
     top_p: float = 1.0
     seed: int | None = None  # None: a fresh seed, reported in RunStarted.config
-    adaptive_lookahead: bool = False  # SAFE: draft fewer tokens after a replacement (changes outputs a little)
-    draft_gate: float = 0.0  # SAFE: end a round's draft right after a token the drafter gave p < this (0: off)
+    draft_gate: float = 0.3  # SAFE: end a round's draft right after a token the drafter gave p < this (0: the paper's full drafts)
     stop: tuple[str, ...] = ()  # the run ends at the first of these strings after the response's leading whitespace
     force: tuple[tuple[int, str], ...] = ()  # (committed-token index, text committed there instead): what-if branches
     damage_kl_steps: int = 16  # conditioning-damage KL measured at most this often (one extra forward each)

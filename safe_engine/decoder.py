@@ -164,7 +164,6 @@ class Decoder:
         self.stats = RunStats(config.strategy)
         self.stats.oov_skips = {v.name: 0 for v in self.verifiers}
         self.round = 0
-        self.lookahead = config.lookahead
         self._tokenized: tuple[bytes, list[Tokenization]] | None = None
         self.started = time.perf_counter()
         self.stop_reason = "max_new_tokens"

@@ -25,7 +25,7 @@ __all__ = ["MAX_NEW_TOKENS", "PER_TOKEN_COMMITS", "SAFE_MODES", "STRATEGIES", "D
 
 def single_round(run: Decoder) -> Iterator[Event]:
     """The drafter alone, n tokens at a time (the same drafting code SAFE uses)."""
-    draft = run.draft(min(run.lookahead, run.remaining()))
+    draft = run.draft(min(run.config.lookahead, run.remaining()))
     if not draft.ids:
         return
     yield run.draft_event(draft)

@@ -27,7 +27,7 @@ SKIP_STAT = {rules.UNANIMITY: "unanimity", rules.MEAN: "mean", rules.GATE: "gate
 
 
 def safe_round(run: Decoder) -> Iterator[Event]:
-    draft = run.draft(min(run.lookahead, run.remaining()), run.config.draft_gate)  # Generate
+    draft = run.draft(min(run.config.lookahead, run.remaining()), run.config.draft_gate)  # Generate
     if not draft.ids:
         return
     layout = Layout.of(run, draft)
@@ -55,8 +55,6 @@ def safe_round(run: Decoder) -> Iterator[Event]:
             break
     event = run.commit(pieces)  # a stop sequence may end it early
     run.stats.accepted_drafts += sum(1 for t in event.tokens if t.drafted is None)
-    if run.config.adaptive_lookahead:
-        adapt_lookahead(run, replaced=event.tokens[-1].drafted is not None, committed=len(event.tokens))
     yield event
 
 
@@ -165,10 +163,3 @@ def _verifier_view(run: Decoder, k: int, layout: Layout, scores: list[dict[int, 
         eos = [t for t in v.lm.eos_ids if t < len(probs)]
         return VerifierView(v.name, False, own, sum(probs[t].item() for t in eos), key_text(v.lm.key_of(argmax)), argmax in v.lm.eos_ids)
     return VerifierView(v.name, False, own, probs[tok.ids[i]].item(), key_text(v.lm.key_of(argmax)), argmax == tok.ids[i])
-
-
-def adapt_lookahead(run: Decoder, replaced: bool, committed: int) -> None:
-    """Draft about as far as the last replacement came (a replaced token drops the rest of the draft),
-    growing back by one token a round while drafts survive; between 2 and the configured lookahead."""
-    grown = committed + 1 if replaced else run.lookahead + 1
-    run.lookahead = max(2, min(run.config.lookahead, grown))

@@ -144,21 +144,3 @@ def test_empty_prompt_and_too_long_prompt(tiny):
         decode([tiny], "  ", DecodeConfig(strategy="single"))
     with pytest.raises(ConfigError, match="context"):
         decode([tiny], "x" * 600, DecodeConfig(strategy="single"))
-
-
-def test_adaptive_lookahead_drafts_about_as_far_as_the_last_replacement(tiny, other):
-    events = run([other, tiny], strategy="safe", max_new_tokens=40, adaptive_lookahead=True,
-                 ensemble=EnsembleConfig(sharpen="none"))
-    drafts = [e for e in events if e.kind == "tokens_drafted"]
-    commits = [e for e in events if isinstance(e, TextCommitted)]
-    replaced = [(i, c) for i, c in enumerate(commits[:-1]) if c.tokens[-1].drafted is not None]
-    assert replaced, "the two tiny models should disagree somewhere"
-    for i, commit in replaced:
-        assert len(drafts[i + 1].tokens) <= max(2, len(commit.tokens) + 1)
-    assert max(len(d.tokens) for d in drafts) <= 5
-
-
-def test_adaptive_lookahead_keeps_identical_models_identical(tiny):
-    alone = finished(run([tiny], strategy="single", max_new_tokens=24)).text
-    safe = run([tiny, tiny], strategy="safe", max_new_tokens=24, adaptive_lookahead=True, ensemble=EnsembleConfig(sharpen="none"))
-    assert finished(safe).text == alone

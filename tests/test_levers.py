@@ -45,7 +45,7 @@ def test_a_gated_round_never_drafts_past_a_low_probability_token(mode):
     a, b = scripted("a", [], GATED, P), scripted("b", [], GATED, P)
     drafts = [[t.text for t in e.tokens] for e in run([a, b], safe_mode=mode, draft_gate=0.5) if isinstance(e, TokensDrafted)]
     assert drafts[0] == ["a", "b"]  # p(b) = 0.3 < 0.5: the round verifies what it has
-    ungated = [[t.text for t in e.tokens] for e in run([a, b], safe_mode=mode) if isinstance(e, TokensDrafted)]
+    ungated = [[t.text for t in e.tokens] for e in run([a, b], safe_mode=mode, draft_gate=0.0) if isinstance(e, TokensDrafted)]
     assert ungated[0] == ["a", "b", "c", "d", "e"]
 
 
@@ -55,7 +55,7 @@ def tiny_pair(tmp_path_factory):
 
 
 def test_a_gate_that_never_fires_is_the_ungated_loop(tiny_pair):
-    plain = [e.to_dict() for e in decode(tiny_pair, "the cat", DecodeConfig(max_new_tokens=24))]
+    plain = [e.to_dict() for e in decode(tiny_pair, "the cat", DecodeConfig(max_new_tokens=24, draft_gate=0.0))]
     never = [e.to_dict() for e in decode(tiny_pair, "the cat", DecodeConfig(max_new_tokens=24, draft_gate=1e-12))]
     strip = lambda events: [{k: v for k, v in e.items() if k not in ("elapsed_s", "stats", "config")} for e in events]  # noqa: E731
     assert strip(plain) == strip(never)

@@ -199,15 +199,16 @@ def descending(letters: str) -> dict[str, float]:
     return {c: w / sum(weights) for c, w in zip(letters, weights)}
 
 
-def test_defaults_are_the_papers_n5_and_k10():
+def test_defaults_are_the_papers_n5_and_k10_with_the_measured_draft_gate():
     config, cli = DecodeConfig(), build_parser().parse_args(["generate", "--prompt", "x"])
-    assert (config.lookahead, config.ensemble.top_k, config.safe_mode) == (5, 10, "exact")
-    assert (cli.lookahead, cli.top_k, cli.safe_mode) == (5, 10, "exact")
+    assert (config.lookahead, config.ensemble.top_k, config.safe_mode, config.draft_gate) == (5, 10, "exact", 0.3)
+    assert (cli.lookahead, cli.top_k, cli.safe_mode, cli.draft_gate) == (5, 10, "exact", 0.3)
     chain = {"": descending("abcdefghijkl"), "a": {"b": 1.0}, "ab": {"c": 1.0}, "abc": {"d": 1.0}, "abcd": {"e": 1.0},
              "abcde": {"f": 1.0}}
     a, b = pair(chain, {"": descending("mnopqrstuvwx")})
-    events = run([a, b])
+    events = run([a, b], draft_gate=0.0)  # the paper's loop: full drafts
     assert drafts(events)[0] == ["a", "b", "c", "d", "e"]
+    assert drafts(run([a, b]))[0] == ["a"]  # the default gate: "a" was drafted with p < 0.3
     assert {row.text for row in points(events)[0].table} == set("abcdefghij") | set("mnopqrstuv")
 
 

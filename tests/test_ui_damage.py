@@ -16,6 +16,7 @@ from components.replay_tab import caption_html, shipped_traces
 from components.transcript import details_html, metrics_html
 from components.view import RunView, read_trace, split_runs
 from safe_engine.compare import summarize
+from safe_engine.damage import degenerate
 from safe_engine.decoding import DecodeConfig, decode
 from safe_engine.events import EVENT_TYPES, CommittedToken, DamageMeasured, RunFinished, RunStarted, TextCommitted
 from test_ui_render import EVIL
@@ -163,7 +164,11 @@ def test_pinned_details_and_metrics_show_damage():
     assert "degeneration: none (repeated 4-grams 0%" in metrics_html(view)
 
 
-@pytest.mark.parametrize("trace", sorted(TRACES.glob("*.jsonl")), ids=lambda p: p.stem)
+RECORDED_BEFORE_DAMAGE = sorted(p for p in TRACES.glob("*.jsonl") if '"kind": "damage"' not in p.read_text(encoding="utf-8"))
+COLLAPSES = sorted(TRACES.glob("*why-per-token-fails*.jsonl"))
+
+
+@pytest.mark.parametrize("trace", RECORDED_BEFORE_DAMAGE, ids=lambda p: p.stem)
 def test_traces_without_damage_render_without_it(trace):
     runs = split_runs(read_trace(trace))
     views = {}
@@ -193,6 +198,15 @@ def test_damage_folded_while_running_matches_the_engines_summary(pair, strategy)
     running, finished = RunView.of(events[:-1]).damage_summary(), RunView.of(events).damage_summary()
     assert finished["non_canonical_max"] >= 2 and finished["kl_sampled"] >= 1  # the forced " ca"+"t" damaged the drafter
     assert running == finished | {"degeneration": None}
+
+
+@pytest.mark.parametrize("trace", COLLAPSES, ids=lambda p: p.stem)
+def test_shipped_collapses_show_per_token_damaging_its_drafter_more_than_safe(trace):
+    views = [RunView.of(events) for events in split_runs(read_trace(trace))]
+    assert [v.label for v in views][:2] == ["per-token", "safe"]  # Replay opens on per-token
+    per_token, safe = (v.damage_summary() for v in views[:2])
+    assert per_token["non_canonical_max"] > safe["non_canonical_max"] and degenerate(per_token["degeneration"])
+    assert "Damage" in metrics_html(views[0])
 
 
 def test_replay_lists_the_manifest_in_order_with_captions(tmp_path):
