@@ -54,7 +54,7 @@ def wait_for(url: str, seconds: float = 180) -> None:
 def app_tokens_per_s(client, prompt: str, max_new: int) -> float:
     c = DecodeConfig()  # the Live form's inputs in order, at the engine's defaults (as the engine side runs)
     result = client.predict(prompt, "\n".join(DEFAULT_MODELS), DEFAULT_MODELS[0], "safe", max_new, c.lookahead, c.ensemble.top_k,
-                            c.ensemble.sharpen, c.ensemble.sharpen_lambda, c.ensemble.method, c.safe_mode, c.per_token_commit,
+                            c.ensemble.sharpen, c.ensemble.sharpen_lambda, c.ensemble.method, c.safe_mode, c.draft_gate, c.per_token_commit,
                             "auto", c.temperature, c.top_p, None, api_name="/generate")
     download = next(item for item in result if isinstance(item, dict) and str(item.get("value", "")).endswith(".jsonl"))
     trace = Path(download["value"])  # the app's "Download trace" button, on this machine's disk

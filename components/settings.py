@@ -31,7 +31,7 @@ def build(prompt: str, *form, **named) -> tuple[list[str], DecodeConfig]:
 
 
 def decoding(models_text: str, drafter: str | None, strategy: str, max_new_tokens, lookahead, top_k, sharpen: str,
-             sharpen_lambda, method: str, safe_mode: str, per_token_commit: str, gate: str, temperature, top_p,
+             sharpen_lambda, method: str, safe_mode: str, draft_gate, per_token_commit: str, gate: str, temperature, top_p,
              seed) -> tuple[list[str], DecodeConfig]:
     """The form without a prompt (the Benchmark tab's prompts come from task files), in the Live tab's order."""
     specs = parse_specs(models_text)
@@ -49,7 +49,7 @@ def decoding(models_text: str, drafter: str | None, strategy: str, max_new_token
     config = DecodeConfig(
         strategy=strategy, max_new_tokens=int(max_new_tokens), lookahead=int(lookahead), drafter=specs.index(drafter) if drafter else 0,
         safe_mode=safe_mode, per_token_commit=per_token_commit, ensemble=ensemble, temperature=float(temperature or 0),
-        top_p=float(top_p), seed=None if seed is None else int(seed),
+        top_p=float(top_p), seed=None if seed is None else int(seed), draft_gate=float(draft_gate or 0),
     )
     config.validate(len(specs))
     return specs, config

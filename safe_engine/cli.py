@@ -22,8 +22,8 @@ from .tokdiff import corpus_scan, load_vocabs, pair_view, visible, word_agreemen
 
 DEFAULTS, ENSEMBLE = DecodeConfig(), EnsembleConfig()
 SAFE_MODE_HELP = ("exact: the paper's loop, one ensemble per round and the rest of the draft dropped; fast: keep scanning "
-                  "a draft the ensemble confirmed (fewer drafts thrown away; later positions see less lookahead text, "
-                  "so outputs can differ)")
+                  "a draft the ensemble confirmed (about 1 % faster here; later positions see less lookahead text, so "
+                  "outputs can differ: 0 of 20 benchmark prompts did, 3 of 60 random tiny-model pairs)")
 PER_TOKEN_COMMIT_HELP = ("first-subtoken: the drafter appends only its first sub-token of the ensemble's string, as UniTE "
                          "does; full: its whole spelling (a gentler baseline)")
 
@@ -73,7 +73,7 @@ def _decoding_options(parser: argparse.ArgumentParser, with_strategy: bool, one_
     parser.add_argument("--draft-gate", type=float, default=DEFAULTS.draft_gate, metavar="TAU",
                         help="SAFE: end a draft right after a token the drafter gives p < TAU (default %(default)s; 0: the paper's full drafts; see README)")
     parser.add_argument("--cpu-int8", action="store_true",
-                        help="int8 weights on the CPU (about 5× as fast per step here; outputs change, see README)")
+                        help="int8 weights on the CPU (about 5× as fast here, a third less accurate on the README's benchmark)")
     parser.add_argument("--damage-kl-steps", type=int, default=DEFAULTS.damage_kl_steps, metavar="N",
                         help="measure the conditioning-damage KL at most N times (one extra forward pass each; 0: off)")
     parser.add_argument("--device", default="auto", help="auto (cuda, mps, cpu), cpu, cuda, cuda:1, mps")

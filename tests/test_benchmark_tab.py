@@ -15,7 +15,7 @@ from safe_engine.errors import ConfigError, ModelSpecError
 MODELS = "embedded:gemma-3-270m\nembedded:smollm2-135m-instruct"
 DRAFTER = "gemma-3-270m"
 # The Live tab's form after the bench's own fields: models, drafter, strategy, max new, then decoding options.
-LIVE = [MODELS, "embedded:gemma-3-270m", "safe", 48, 5, 10, "heuristic", 0.1, "unite", "exact", "first-subtoken", "auto", 0, 1.0, None]
+LIVE = [MODELS, "embedded:gemma-3-270m", "safe", 48, 5, 10, "heuristic", 0.1, "unite", "exact", 0.3, "first-subtoken", "auto", 0, 1.0, None]
 
 
 def _plan(tmp_path, tasks=("arithmetic",), upload=None, strategies=("singles", "per-token", "safe"), limit=2,

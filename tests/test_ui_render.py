@@ -165,7 +165,7 @@ def test_bad_traces_say_why(tmp_path):
 
 FORM = dict(models_text="embedded:gemma-3-270m\nembedded:smollm2-135m-instruct", drafter=None, strategy="safe", max_new_tokens=16,
             lookahead=5, top_k=10, sharpen="heuristic", sharpen_lambda=0.1, method="unite", safe_mode="exact",
-            per_token_commit="first-subtoken", gate="auto", temperature=0, top_p=1.0, seed=None)
+            draft_gate=0.3, per_token_commit="first-subtoken", gate="auto", temperature=0, top_p=1.0, seed=None)
 
 
 @pytest.mark.parametrize(
@@ -180,6 +180,7 @@ FORM = dict(models_text="embedded:gemma-3-270m\nembedded:smollm2-135m-instruct",
         ({"max_new_tokens": None}, ConfigError, "max new tokens"),
         ({"drafter": "embedded:other"}, ConfigError, "not one of the models"),
         ({"models_text": "embedded:gemma-3-270m"}, ConfigError, "at least two models"),
+        ({"draft_gate": 1.0}, ConfigError, "draft gate"),
     ],
 )
 def test_bad_form_input_fails_before_loading(change, error, message):
@@ -194,6 +195,7 @@ def test_good_form_input_builds_a_config():
     three = "embedded:gemma-3-270m\nembedded:smollm2-135m-instruct\nembedded:smollm2-135m-instruct"  # one per line
     specs, config = build(prompt="Hi", **(FORM | {"models_text": three, "temperature": 0.7, "seed": 5, "gate": "off"}))
     assert len(specs) == 3 and (config.temperature, config.seed, config.ensemble.gate) == (0.7, 5, False)
+    assert config.draft_gate == 0.3 and build(prompt="Hi", **(FORM | {"draft_gate": 0}))[1].draft_gate == 0.0
 
 
 def test_app_builds_and_rejects_a_bad_model_spec_before_launching(capsys):
