@@ -32,7 +32,8 @@ appended, so its context can become **non-canonical**: ids its own tokenizer wou
 that text. How far that moves its next-token distribution is the **KL** to the distribution after its
 own tokenization. Where this damage piles up, outputs can drift or repeat (the degeneration columns).
 
-**SAFE ensembles only where it is safe and needed.** The drafter drafts a few tokens. Then, for
+**SAFE ensembles only where it is safe and needed.** The drafter drafts a few tokens (up to five,
+stopping right after one it gave p < 0.3, the draft gate). Then, for
 each drafted token, SAFE checks two things:
 
 1. **Is it safe?** Every verifier's own tokenization of the same text must have a token boundary

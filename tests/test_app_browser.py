@@ -93,6 +93,12 @@ def _run(page, prompt: str, max_new: int, models: str | None = None):
     page.locator("#run").click()
 
 
+def replay_safe_trace(page):
+    """In the Replay tab, switch from the first shipped trace (a per-token collapse) to the SAFE factorial run."""
+    page.locator("#replay-trace input").click()
+    page.get_by_role("option", name=SAFE_TRACE.stem).click()
+
+
 def test_replay_opens_on_a_real_collapse_and_steps_through_a_shipped_trace(page, tmp_path):
     events = [json.loads(line) for line in SAFE_TRACE.read_text().splitlines()]
     committed = sum(len(e["tokens"]) for e in events if e["kind"] == "text_committed")
@@ -102,8 +108,7 @@ def test_replay_opens_on_a_real_collapse_and_steps_through_a_shipped_trace(page,
     expect(page.locator("#replay-caption")).to_contain_text(manifest[0]["caption"])
     expect(page.locator("#replay-run")).to_be_visible()  # per-token, SAFE and the drafter alone
     expect(page.locator("#replay-transcript .tok.damage").first).to_be_attached(timeout=30_000)  # per-token opens
-    page.locator("#replay-trace input").click()
-    page.get_by_role("option", name=SAFE_TRACE.stem).click()
+    replay_safe_trace(page)
     expect(page.locator("#replay-caption")).to_contain_text(next(e["caption"] for e in manifest if e["file"] == SAFE_TRACE.name), timeout=30_000)
     tokens = page.locator("#replay-transcript .tok")
     expect(tokens).to_have_count(committed, timeout=30_000)
@@ -273,6 +278,7 @@ def test_tokenizers_tab_shows_both_tokenizations(page, tmp_path):
 @pytest.mark.real_models
 def test_pinning_an_oov_like_token_shows_the_tokenizations_inline(page, tmp_path):
     page.get_by_role("tab", name="Replay").click()
+    replay_safe_trace(page)
     oov = page.locator("#replay-transcript .tok.oov").first
     expect(oov).to_be_attached(timeout=30_000)
     oov.click()
