@@ -24,7 +24,7 @@ from safe_engine.models import resolve_spec
 
 from . import charts, settings
 from .pool import ModelPool
-from .runner import ChartClock, load, problem, stopper, user_message
+from .runner import Throttle, load, problem, stopper, user_message
 from .stops import Stops
 from .transcript import status_html
 
@@ -179,7 +179,7 @@ class BenchmarkTab:
             self.stops.disarm(request.session_hash, flag)
             yield problem(self.status, exc, "start the benchmark")
             return
-        records, clock, started, resumed = load_results(chosen.out_dir), ChartClock(), time.monotonic(), bench.done
+        records, clock, started, resumed = load_results(chosen.out_dir), Throttle(), time.monotonic(), bench.done
         yield {self.status: status_html(f"Running: {progress_line(bench.done, bench.total, 0, 0)}…", "busy"),
                self.html: gr.DownloadButton(interactive=False), self.csv: gr.DownloadButton(interactive=False)}
         try:

@@ -14,7 +14,7 @@ from safe_engine.compare import ratios, run_comparison, summarize
 from safe_engine.damage import degenerate
 from . import charts
 from .pool import ModelPool
-from .runner import ChartClock, prepare, stopper, user_message
+from .runner import Throttle, prepare, stopper, user_message
 from .stops import Stops
 from .text import esc
 from .transcript import compare_html, degeneration_text, legend_html, status_html
@@ -84,7 +84,7 @@ class CompareTab:
         drafter = models[config.drafter].name
         runs: dict[str, list] = {}
         views: dict[str, RunView] = {}
-        clock = ChartClock()
+        clock = Throttle()
         yield {self.status: status_html("Comparing: each model alone, then per-token, then SAFE…", "busy"), self.grid: compare_html([]),
                self.damage: charts.damage([]), self.measured: "", self.csv: gr.DownloadButton(interactive=False), self.trace: gr.DownloadButton(interactive=False)}
         try:

@@ -11,7 +11,7 @@ from safe_engine.errors import SafeEngineError
 from . import settings
 from .panel import RunPanel
 from .pool import ModelPool
-from .runner import ChartClock, prepare, problem, stopper, user_message
+from .runner import FRAME_INTERVAL_S, Throttle, prepare, problem, stopper, user_message
 from .stops import Stops
 from .transcript import status_html
 from .view import RunView, save_trace
@@ -85,14 +85,14 @@ class LiveTab:
             self.stops.disarm(request.session_hash, flag)
             yield problem(self.status, exc, "start the run")
             return
-        view, clock = RunView(), ChartClock()
+        view, clock, frames = RunView(), Throttle(), Throttle(FRAME_INTERVAL_S)
         origin = Origin(prompt, tuple(m.spec.spec for m in models), config)
         yield ({self.status: status_html(f"Running {config.strategy} on {', '.join(m.name for m in models)}…", "busy"),
                 self.download: gr.DownloadButton(interactive=False)} | self.panel.fresh(view) | self.whatif.reset(origin))
         try:
             for event in events:
                 view.add(event.to_dict())
-                if event.kind == "text_committed":
+                if event.kind == "text_committed" and frames.due():
                     yield self.panel.show(view, with_charts=clock.due())
             outcome = status_html(_finished(view))
         except Exception as exc:  # keep what was shown; say what happened

@@ -21,6 +21,7 @@ from .transcript import status_html
 
 log = logging.getLogger("safe_studio")
 CHART_INTERVAL_S = 2.0  # Plotly figures are the costly part of every update (serialised, sent, remounted)
+FRAME_INTERVAL_S = 0.25  # Gradio handles each update between two engine steps, so every update stalls decoding
 
 
 def user_message(exc: BaseException) -> str:
@@ -67,15 +68,16 @@ def load(pool: ModelPool, stops: Stops, status: gr.HTML, session: str, specs: li
         return None
 
 
-class ChartClock:
-    """Says when charts are due for a refresh, at most every CHART_INTERVAL_S."""
+class Throttle:
+    """Says when an update is due: at most every `interval` seconds (charts: CHART_INTERVAL_S)."""
 
-    def __init__(self):
+    def __init__(self, interval: float = CHART_INTERVAL_S):
+        self.interval = interval
         self._last = 0.0
 
     def due(self) -> bool:
         now = time.monotonic()
-        if now - self._last < CHART_INTERVAL_S:
+        if now - self._last < self.interval:
             return False
         self._last = now
         return True

@@ -16,7 +16,7 @@ from safe_engine.errors import ConfigError, SafeEngineError
 from . import charts
 from .panel import RunPanel
 from .pool import ModelPool
-from .runner import ChartClock, load, problem, stopper, user_message
+from .runner import FRAME_INTERVAL_S, Throttle, load, problem, stopper, user_message
 from .stops import Stops
 from .text import esc, quoted
 from .transcript import status_html, transcript_html
@@ -145,7 +145,7 @@ class WhatIf:
             self.stops.disarm(request.session_hash, flag)
             yield problem(self.status, exc, "branch")
             return
-        view, clock = RunView(), ChartClock()
+        view, clock, frames = RunView(), Throttle(), Throttle(FRAME_INTERVAL_S)
         original.diverge = None
         doing = f"What-if: {quoted(text)} at token #{index} instead of {quoted(original.tokens[index].text)}"
         yield ({self.status: status_html(f"{doing}; the run goes on with the same models and settings…", "busy"),
@@ -154,7 +154,7 @@ class WhatIf:
         try:
             for event in events:
                 view.add(event.to_dict())
-                if event.kind in ("text_committed", "run_finished"):
+                if event.kind == "run_finished" or (event.kind == "text_committed" and frames.due()):
                     yield self._progress(original, view, clock.due())
             outcome = status_html(f"{doing}: {_outcome(view)}")
         except Exception as exc:  # keep both runs as far as they got
