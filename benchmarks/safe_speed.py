@@ -6,9 +6,10 @@ On the embedded pair, for each prompt of two sets (the 10 kept from earlier meas
 ones: rare names, translation, open prose, code), runs: the drafter alone; SAFE as the paper runs it
 (`safe-paper`: exact mode, full drafts); SAFE with the defaults (exact mode, draft gate τ = 0.3); SAFE
 with each lever (the gate at other τ, fast mode, fast mode with 8-token drafts); per-token ensembling in
-both commit modes; and, with int8 weights, the drafter alone, SAFE and per-token. Every ratio is seconds per generated token (a run that stops early at EOS is not
-flattered), taken side by side in one process; medians over prompts. Outputs of each SAFE variant are
-compared with `safe-paper` (how often they differ). Damage KL is off: it is measurement, not decoding.
+both commit modes; and, with int8 weights, the drafter alone, SAFE and per-token. Every ratio is seconds
+per generated token (a run that stops early at EOS is not flattered), taken side by side in one process;
+medians over prompts. Outputs of each SAFE variant are compared with `safe-paper` (how often they
+differ). Damage KL is off: it is measurement, not decoding.
 
 Before timing, every once-per-process cost is paid (`warm_up`), and the drafter-alone run of the first
 prompt is timed twice: a first run much slower than the second means the warm-up missed something.
