@@ -100,9 +100,10 @@ class DamageMeter:
         (eligible: the context is non-canonical and a prediction follows; then None means the budget ran out)."""
         drafter, raw = run.drafter, run.response.raw
         complete = run.response.complete_length
-        canonical = tokenize(drafter.lm.vocab, raw[:complete])
-        spans = [s for s in drafter.lm.vocab.spans(run.response.ids) if s[1] <= complete]
-        count = non_canonical(spans, canonical.spans)
+        with run.stats.timed("damage"):
+            canonical = tokenize(drafter.lm.vocab, raw[:complete])
+            spans = [s for s in drafter.lm.vocab.spans(run.response.ids) if s[1] <= complete]
+            count = non_canonical(spans, canonical.spans)
         kl, eligible = None, False
         own = self.models[drafter.name]
         own.non_canonical, own.non_canonical_max = count, max(own.non_canonical_max, count)

@@ -198,7 +198,7 @@ class Decoder:
         return self.ended
 
     def finished_event(self) -> RunFinished:
-        self.stats.wall_s = time.perf_counter() - self.started
+        self.stats.wall_s = time.perf_counter() - self.started - self.stats.time_split["damage"]  # decoding, not measuring
         self.stats.forward = {p.name: asdict(p.session.stats) for p in self.parts}
         text = self.response.text if self.stop_end is None else text_and_index(self.response.raw[: self.stop_end])[0]
         self.stats.damage = self.damage.summary(text, self.committed_texts)

@@ -23,7 +23,7 @@ class RunStats:
     sharpened: int = 0
     forward: dict[str, dict] = field(default_factory=dict)  # per model: passes, positions, seconds
     time_split: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
-    wall_s: float = 0.0
+    wall_s: float = 0.0  # decoding time: the damage measurement's own time (time_split["damage"]) is left out
     damage: dict = field(default_factory=dict)  # damage.DamageMeter.summary(), filled when the run ends
 
     @contextmanager

@@ -111,3 +111,21 @@ def test_bad_forcing_is_refused(words, chars):
 def test_cli_parses_force_verbatim():
     args = build_parser().parse_args(["generate", "--prompt", "x", "--force", "3: Paris", "--force", "7:a:b"])
     assert args.force == [(3, " Paris"), (7, "a:b")]
+
+
+def test_wall_time_leaves_the_damage_measurement_out(words, chars, monkeypatch):
+    """Runs are compared by wall time; per-token's extra measuring must not count as decoding."""
+    import time
+
+    import safe_engine.damage as damage
+
+    slow = 0.05
+    real = damage.tokenize
+    monkeypatch.setattr(damage, "tokenize", lambda *a: (time.sleep(slow), real(*a))[1])
+    started = time.perf_counter()
+    events = run([words, chars], strategy="per-token")
+    outside = time.perf_counter() - started
+    stats = events[-1].stats
+    measuring = stats["time_split"]["damage"]
+    assert measuring >= slow * stats["tokens"]
+    assert 0 < stats["wall_s"] <= outside - measuring and stats["tokens_per_s"] == stats["tokens"] / stats["wall_s"]
