@@ -255,3 +255,16 @@ def test_a_kl_the_budget_skipped_is_not_shown_as_a_canonical_context():
     assert _kl_cell({"kl": 0.25, "kl_eligible": True}) == "0.250 nats"
     assert _kl_cell({"kl": None, "kl_eligible": True}) == "not measured (budget spent)"
     assert _kl_cell({"kl": None, "kl_eligible": False}) == _kl_cell({"kl": None}) == "—"
+
+
+def test_throttle_lets_one_update_through_per_interval(monkeypatch):
+    from components import runner
+
+    now = [100.0]
+    monkeypatch.setattr(runner.time, "monotonic", lambda: now[0])
+    frames = runner.Throttle(runner.FRAME_INTERVAL_S)
+    assert frames.due() and not frames.due()  # the first update goes out, the next one waits
+    now[0] += runner.FRAME_INTERVAL_S / 2
+    assert not frames.due()
+    now[0] += runner.FRAME_INTERVAL_S / 2
+    assert frames.due() and runner.Throttle().interval == runner.CHART_INTERVAL_S > runner.FRAME_INTERVAL_S
