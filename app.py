@@ -10,8 +10,8 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # read when gradio is imported; this machine may be offline
 
@@ -62,10 +62,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python app.py", description="SAFE Ensemble Studio web app")
     parser.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: loopback only)")
     parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", 7860)))
-    parser.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS), metavar="SPEC",
-                        help="default models of the form (embedded:NAME, a folder, a .gguf file or a hub id)")
-    parser.add_argument("--cpu-int8", action="store_true",
-                        help="load every model with int8 weights on the CPU (about 5× as fast here, a third less accurate on the README's benchmark)")
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        default=list(DEFAULT_MODELS),
+        metavar="SPEC",
+        help="default models of the form (embedded:NAME, a folder, a .gguf file or a hub id)",
+    )
+    parser.add_argument(
+        "--cpu-int8",
+        action="store_true",
+        help="load every model with int8 weights on the CPU (about 5× as fast here, a third less accurate on the README's benchmark)",
+    )
     parser.add_argument("--share", action="store_true", help="also open a public Gradio share link")
     args = parser.parse_args(argv)
     try:
@@ -75,7 +83,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
-        launch(build_demo(args.models, ModelPool(LoadOptions(cpu_int8=args.cpu_int8))), args.host, args.port, args.share)
+        launch(
+            build_demo(args.models, ModelPool(LoadOptions(cpu_int8=args.cpu_int8))), args.host, args.port, args.share
+        )
     except OSError as exc:  # the port is taken, or the host is not an address of this machine
         print(f"error: cannot serve on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return 2

@@ -53,9 +53,26 @@ def wait_for(url: str, seconds: float = 180) -> None:
 
 def app_tokens_per_s(client, prompt: str, max_new: int) -> float:
     c = DecodeConfig()  # the Live form's inputs in order, at the engine's defaults (as the engine side runs)
-    result = client.predict(prompt, "\n".join(DEFAULT_MODELS), DEFAULT_MODELS[0], "safe", max_new, c.lookahead, c.ensemble.top_k,
-                            c.ensemble.sharpen, c.ensemble.sharpen_lambda, c.ensemble.method, c.safe_mode, c.draft_gate, c.per_token_commit,
-                            "auto", c.temperature, c.top_p, None, api_name="/generate")
+    result = client.predict(
+        prompt,
+        "\n".join(DEFAULT_MODELS),
+        DEFAULT_MODELS[0],
+        "safe",
+        max_new,
+        c.lookahead,
+        c.ensemble.top_k,
+        c.ensemble.sharpen,
+        c.ensemble.sharpen_lambda,
+        c.ensemble.method,
+        c.safe_mode,
+        c.draft_gate,
+        c.per_token_commit,
+        "auto",
+        c.temperature,
+        c.top_p,
+        None,
+        api_name="/generate",
+    )
     download = next(item for item in result if isinstance(item, dict) and str(item.get("value", "")).endswith(".jsonl"))
     trace = Path(download["value"])  # the app's "Download trace" button, on this machine's disk
     finished = [json.loads(line) for line in trace.read_text().splitlines() if '"run_finished"' in line][-1]
@@ -70,8 +87,9 @@ def main() -> None:
     from gradio_client import Client
 
     port = free_port()
-    app = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], cwd=ROOT,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    app = subprocess.Popen(
+        [sys.executable, "app.py", "--port", str(port)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         wait_for(f"http://127.0.0.1:{port}/")
         client = Client(f"http://127.0.0.1:{port}/", verbose=False)
@@ -87,8 +105,10 @@ def main() -> None:
                 through_app = app_tokens_per_s(client, prompt, args.max_new_tokens)
                 ratios.append(through_app / engine)
                 print(f"| {prompt[:40]} | {engine:.2f} | {through_app:.2f} | {ratios[-1]:.3f} |", flush=True)
-        print(f"\nmedian app / engine tokens/s over {len(ratios)} runs: {statistics.median(ratios):.3f} "
-              f"(streaming overhead {1 - statistics.median(ratios):.1%}; target <= 5 %)")
+        print(
+            f"\nmedian app / engine tokens/s over {len(ratios)} runs: {statistics.median(ratios):.3f} "
+            f"(streaming overhead {1 - statistics.median(ratios):.1%}; target <= 5 %)"
+        )
     finally:
         app.terminate()
         app.wait(timeout=30)

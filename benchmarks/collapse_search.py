@@ -38,9 +38,16 @@ PER_TOKEN = ("per-token", "per-token-full")
 
 
 def severity(degeneration: dict) -> float:
-    return min(1.0, max(degeneration["repeated_4gram_rate"], degeneration["longest_token_run"] / 16,
-                        degeneration["longest_line_run"] / 8, degeneration["whitespace_share"] / 0.6,
-                        1.0 if degeneration["replacement_chars"] else 0.0))
+    return min(
+        1.0,
+        max(
+            degeneration["repeated_4gram_rate"],
+            degeneration["longest_token_run"] / 16,
+            degeneration["longest_line_run"] / 8,
+            degeneration["whitespace_share"] / 0.6,
+            1.0 if degeneration["replacement_chars"] else 0.0,
+        ),
+    )
 
 
 def plan(models, config: DecodeConfig):
@@ -51,7 +58,9 @@ def plan(models, config: DecodeConfig):
 
 
 def search(args) -> None:
-    prompts = [json.loads(line) for line in PROMPTS.read_text(encoding="utf-8").splitlines() if line.strip()][: args.limit]
+    prompts = [json.loads(line) for line in PROMPTS.read_text(encoding="utf-8").splitlines() if line.strip()][
+        : args.limit
+    ]
     out = Path(args.out)
     (out / "traces").mkdir(parents=True, exist_ok=True)
     results = out / "results.jsonl"
@@ -61,8 +70,11 @@ def search(args) -> None:
     warm_up(models, config)
     with open(results, "a", encoding="utf-8") as sink:
         for number, row in enumerate(prompts, 1):
-            todo = [(label, run_models, run_config) for label, run_models, run_config in plan(models, config)
-                    if (row["id"], label) not in done]
+            todo = [
+                (label, run_models, run_config)
+                for label, run_models, run_config in plan(models, config)
+                if (row["id"], label) not in done
+            ]
             if not todo:
                 continue
             with open(out / "traces" / f"{row['id']}.jsonl", "a", encoding="utf-8") as trace:
@@ -71,16 +83,31 @@ def search(args) -> None:
                     trace.writelines(e.to_json() + "\n" for e in events)
                     s = summarize(events, label)
                     measures = s["damage"]["degeneration"]
-                    record = {"id": row["id"], "kind": row["kind"], "prompt": row["prompt"], "label": label,
-                              "tokens": s["tokens"], "e_t": s["e_t"], "stop_reason": s["stop_reason"], "wall_s": s["wall_s"],
-                              "damage": s["damage"], "degenerate": degenerate(measures), "severity": severity(measures), "text": s["text"]}
+                    record = {
+                        "id": row["id"],
+                        "kind": row["kind"],
+                        "prompt": row["prompt"],
+                        "label": label,
+                        "tokens": s["tokens"],
+                        "e_t": s["e_t"],
+                        "stop_reason": s["stop_reason"],
+                        "wall_s": s["wall_s"],
+                        "damage": s["damage"],
+                        "degenerate": degenerate(measures),
+                        "severity": severity(measures),
+                        "text": s["text"],
+                    }
                     sink.write(json.dumps(record, ensure_ascii=False) + "\n")
                     sink.flush()
             print(f"[{number}/{len(prompts)}] {row['id']} done", file=sys.stderr, flush=True)
 
 
 def read(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()] if path.is_file() else []
+    return (
+        [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        if path.is_file()
+        else []
+    )
 
 
 def by_prompt(records: list[dict]) -> dict[str, dict[str, dict]]:
@@ -103,7 +130,9 @@ def ranked(prompts: dict[str, dict[str, dict]]) -> list[tuple[float, str]]:
         singles = [r for label, r in runs.items() if label.startswith("single:")]
         worst_per_token = max(runs[label]["severity"] for label in PER_TOKEN)
         baseline = max([runs["safe"]["severity"]] + [r["severity"] for r in singles])
-        context = drafter_damage(runs["per-token"], "non_canonical_max") - drafter_damage(runs["safe"], "non_canonical_max")
+        context = drafter_damage(runs["per-token"], "non_canonical_max") - drafter_damage(
+            runs["safe"], "non_canonical_max"
+        )
         scores.append((context > 0, worst_per_token - baseline, pid))
     return [(score, pid) for _, score, pid in sorted(scores, reverse=True)]
 
@@ -114,12 +143,16 @@ def report(args) -> None:
     if not prompts:
         raise SystemExit(f"no complete prompts in {args.out}/results.jsonl: run the search first")
     labels = list(next(iter(prompts.values())))
-    lines = [f"# Collapse search: where per-token ensembling breaks ({len(prompts)} prompts)", "",
-             "Produced by `python benchmarks/collapse_search.py` on the embedded pair (Gemma-3-270M drafts, "
-             f"SmolLM2-135M verifies), greedy, at most {args.max_new_tokens} new tokens per run. A run is *degenerate* when its longest token run ≥ 8, longest line run ≥ 4, "
-             "repeated 4-gram rate ≥ 0.5 or whitespace share ≥ 0.3 (`safe_engine/damage.py`).", "",
-             "| strategy | degenerate | median severity | median repeated 4-grams | drafter's non-canonical context (most in a run): mean / runs ≥ 20 / runs ≥ 100 | median KL (nats) | outputs with U+FFFD |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# Collapse search: where per-token ensembling breaks ({len(prompts)} prompts)",
+        "",
+        "Produced by `python benchmarks/collapse_search.py` on the embedded pair (Gemma-3-270M drafts, "
+        f"SmolLM2-135M verifies), greedy, at most {args.max_new_tokens} new tokens per run. A run is *degenerate* when its longest token run ≥ 8, longest line run ≥ 4, "
+        "repeated 4-gram rate ≥ 0.5 or whitespace share ≥ 0.3 (`safe_engine/damage.py`).",
+        "",
+        "| strategy | degenerate | median severity | median repeated 4-grams | drafter's non-canonical context (most in a run): mean / runs ≥ 20 / runs ≥ 100 | median KL (nats) | outputs with U+FFFD |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for label in labels:
         runs = [p[label] for p in prompts.values()]
         kls = [drafter_damage(r, "kl_mean") for r in runs if drafter_damage(r, "kl_mean") is not None]
@@ -132,22 +165,39 @@ def report(args) -> None:
             f"{sum(r['damage']['degeneration']['replacement_chars'] > 0 for r in runs)} |"
         )
     kinds = sorted({runs["safe"]["kind"] for runs in prompts.values()})
-    lines += ["", "Degenerate outputs per kind of prompt:", "", "| kind | prompts | " + " | ".join(labels) + " |",
-              "|---|---|" + "---|" * len(labels)]
+    lines += [
+        "",
+        "Degenerate outputs per kind of prompt:",
+        "",
+        "| kind | prompts | " + " | ".join(labels) + " |",
+        "|---|---|" + "---|" * len(labels),
+    ]
     for kind in kinds:
         group = [runs for runs in prompts.values() if runs["safe"]["kind"] == kind]
-        lines.append(f"| {kind} | {len(group)} | " + " | ".join(str(sum(g[label]['degenerate'] for g in group)) for label in labels) + " |")
+        lines.append(
+            f"| {kind} | {len(group)} | "
+            + " | ".join(str(sum(g[label]["degenerate"] for g in group)) for label in labels)
+            + " |"
+        )
     order = ranked(prompts)
-    lines += ["", ("Clearest cases: first where per-token left its drafter more non-canonical context than SAFE did, each group by "
-              "score = per-token severity minus the worst of SAFE and the singles:"), "",
-              "| prompt | kind | score | per-token | per-token-full | SAFE | singles | drafter non-canonical: per-token / SAFE |",
-              "|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        (
+            "Clearest cases: first where per-token left its drafter more non-canonical context than SAFE did, each group by "
+            "score = per-token severity minus the worst of SAFE and the singles:"
+        ),
+        "",
+        "| prompt | kind | score | per-token | per-token-full | SAFE | singles | drafter non-canonical: per-token / SAFE |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for score, pid in order[:15]:
         runs = prompts[pid]
         singles = " / ".join(f"{r['severity']:.2f}" for label, r in runs.items() if label.startswith("single:"))
-        lines.append(f"| {pid}: {runs['safe']['prompt'][:60]} | {runs['safe']['kind']} | {score:+.2f} | {runs['per-token']['severity']:.2f} | "
-                     f"{runs['per-token-full']['severity']:.2f} | {runs['safe']['severity']:.2f} | {singles} | "
-                     f"{drafter_damage(runs['per-token'], 'non_canonical_max')} / {drafter_damage(runs['safe'], 'non_canonical_max')} |")
+        lines.append(
+            f"| {pid}: {runs['safe']['prompt'][:60]} | {runs['safe']['kind']} | {score:+.2f} | {runs['per-token']['severity']:.2f} | "
+            f"{runs['per-token-full']['severity']:.2f} | {runs['safe']['severity']:.2f} | {singles} | "
+            f"{drafter_damage(runs['per-token'], 'non_canonical_max')} / {drafter_damage(runs['safe'], 'non_canonical_max')} |"
+        )
     Path(args.report).parent.mkdir(parents=True, exist_ok=True)
     Path(args.report).write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))
@@ -164,13 +214,20 @@ def ship(args, prompts: dict[str, dict[str, dict]], chosen: list[str]) -> None:
             if event["kind"] == "run_started":
                 runs.append([])
             runs[-1].append(event)
-        finished = {_label(run[0]): run for run in runs[1:] if run[-1]["kind"] == "run_finished"}  # a resumed search left broken runs
+        finished = {
+            _label(run[0]): run for run in runs[1:] if run[-1]["kind"] == "run_finished"
+        }  # a resumed search left broken runs
         drafter = finished["safe"][0]["drafter"]
         keep = [finished[label] for label in ("per-token", "safe", f"single:{drafter}")]  # Replay opens on the first
         target = SHIPPED / f"0{rank}-why-per-token-fails-{pid}.jsonl"
-        target.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for run in keep for e in run), encoding="utf-8")
+        target.write_text(
+            "".join(json.dumps(e, ensure_ascii=False) + "\n" for run in keep for e in run), encoding="utf-8"
+        )
         p = prompts[pid]
-        print(f"shipped {target.name}: per-token severity {p['per-token']['severity']:.2f}, SAFE {p['safe']['severity']:.2f}", file=sys.stderr)
+        print(
+            f"shipped {target.name}: per-token severity {p['per-token']['severity']:.2f}, SAFE {p['safe']['severity']:.2f}",
+            file=sys.stderr,
+        )
 
 
 def _label(started: dict) -> str:
@@ -188,7 +245,9 @@ def main() -> None:
     parser.add_argument("--out", default="out/collapse")
     parser.add_argument("--report", default=str(REPORT))
     parser.add_argument("--report-only", action="store_true", help="rank what OUT/results.jsonl holds; run nothing")
-    parser.add_argument("--ship", type=int, default=0, metavar="K", help="copy the K clearest cases into assets/traces/")
+    parser.add_argument(
+        "--ship", type=int, default=0, metavar="K", help="copy the K clearest cases into assets/traces/"
+    )
     args = parser.parse_args()
     if not args.report_only:
         search(args)

@@ -97,8 +97,11 @@ def main() -> None:
         warm_up(int8, configs["safe"])
     first = KEPT[0]
     once, twice = (s_per_token(run(models, first, configs["drafter"])) for _ in range(2))
-    print(f"warm-up check: first / second identical drafter run = {once / twice:.2f}"
-          + ("  (> 1.15: the warm-up missed a one-time cost)" if once / twice > 1.15 else ""), flush=True)
+    print(
+        f"warm-up check: first / second identical drafter run = {once / twice:.2f}"
+        + ("  (> 1.15: the warm-up missed a one-time cost)" if once / twice > 1.15 else ""),
+        flush=True,
+    )
 
     sets = {"kept": KEPT, "hard": HARD}
     rows = []
@@ -109,15 +112,21 @@ def main() -> None:
                 results["drafter-int8"] = run(int8, prompt, configs["drafter"])
                 results["safe-int8"] = run(int8, prompt, configs["safe"])
                 results["per-token-int8"] = run(int8, prompt, configs["per-token"])
-            row = {"set": set_name, "prompt": prompt,
-                   "s_per_token": {name: s_per_token(r) for name, r in results.items()},
-                   "e_t": {name: r["e_t"] for name, r in results.items()},
-                   "overhead": {name: r["overhead_share"] for name, r in results.items()},
-                   "text": {name: r["text"] for name, r in results.items()}}
+            row = {
+                "set": set_name,
+                "prompt": prompt,
+                "s_per_token": {name: s_per_token(r) for name, r in results.items()},
+                "e_t": {name: r["e_t"] for name, r in results.items()},
+                "overhead": {name: r["overhead_share"] for name, r in results.items()},
+                "text": {name: r["text"] for name, r in results.items()},
+            }
             rows.append(row)
             t = row["s_per_token"]
-            print(f"| {set_name} | {prompt[:38]} | drafter {1 / t['drafter']:.1f} tok/s | SAFE/drafter {t['safe'] / t['drafter']:.2f} | "
-                  f"per-token/SAFE {t['per-token'] / t['safe']:.2f} | SAFE E/T {row['e_t']['safe']:.0%} |", flush=True)
+            print(
+                f"| {set_name} | {prompt[:38]} | drafter {1 / t['drafter']:.1f} tok/s | SAFE/drafter {t['safe'] / t['drafter']:.2f} | "
+                f"per-token/SAFE {t['per-token'] / t['safe']:.2f} | SAFE E/T {row['e_t']['safe']:.0%} |",
+                flush=True,
+            )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(rows, ensure_ascii=False, indent=1), encoding="utf-8")
     for set_name in args.sets.split(","):
@@ -130,10 +139,14 @@ def report(rows: list[dict], set_name: str, tokens: int) -> None:
     def median(values):
         return statistics.median(values)
 
-    print(f"\n### {set_name} prompts ({len(rows)}), {tokens} new tokens, medians over prompts "
-          "(int8 rows against the int8 drafter and per-token)\n")
-    print("| run | tokens/s | / drafter alone | per-token / this | faster than per-token | E/T | outside forwards | "
-          "output differs (SAFE variants: from safe-paper; int8: from the same run in fp32) |")
+    print(
+        f"\n### {set_name} prompts ({len(rows)}), {tokens} new tokens, medians over prompts "
+        "(int8 rows against the int8 drafter and per-token)\n"
+    )
+    print(
+        "| run | tokens/s | / drafter alone | per-token / this | faster than per-token | E/T | outside forwards | "
+        "output differs (SAFE variants: from safe-paper; int8: from the same run in fp32) |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for name in names:
         spt = [r["s_per_token"][name] for r in rows]
@@ -142,11 +155,15 @@ def report(rows: list[dict], set_name: str, tokens: int) -> None:
         vs_drafter = median(r["s_per_token"][name] / r["s_per_token"][drafter] for r in rows)
         vs_per_token = median(r["s_per_token"][per_token] / r["s_per_token"][name] for r in rows)
         wins = sum(r["s_per_token"][per_token] > r["s_per_token"][name] for r in rows)
-        reference = name.removesuffix("-int8") if name.endswith("-int8") else "safe-paper" if name.startswith("safe") else None
+        reference = (
+            name.removesuffix("-int8") if name.endswith("-int8") else "safe-paper" if name.startswith("safe") else None
+        )
         differs = None if reference in (None, name) else sum(r["text"][name] != r["text"][reference] for r in rows)
-        print(f"| {name} | {1 / median(spt):.1f} | {vs_drafter:.2f}× | {vs_per_token:.2f} | {wins} of {len(rows)} | "
-              f"{median(r['e_t'][name] for r in rows):.0%} | {median(r['overhead'][name] for r in rows):.1%} | "
-              f"{'—' if differs is None else f'{differs} of {len(rows)}'} |")
+        print(
+            f"| {name} | {1 / median(spt):.1f} | {vs_drafter:.2f}× | {vs_per_token:.2f} | {wins} of {len(rows)} | "
+            f"{median(r['e_t'][name] for r in rows):.0%} | {median(r['overhead'][name] for r in rows):.1%} | "
+            f"{'—' if differs is None else f'{differs} of {len(rows)}'} |"
+        )
 
 
 if __name__ == "__main__":

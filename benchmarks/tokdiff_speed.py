@@ -21,7 +21,7 @@ from safe_engine.tokdiff import load_vocabs, pair_view  # noqa: E402
 
 SAMPLE = (
     "The capital of Madagascar is Antananarivo; Burkina Faso's is Ouagadougou. An unbelievable 12,345.67 km!\n"
-    "def area(r):\n\treturn 3.14159 * r ** 2  # <b>code</b> & \"quotes\"\n"
+    'def area(r):\n\treturn 3.14159 * r ** 2  # <b>code</b> & "quotes"\n'
     "Emoji 😀👍🏽, CJK 東京は日本の首都です, Cyrillic Москва, accents naïve café. "
 )
 

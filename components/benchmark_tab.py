@@ -16,7 +16,16 @@ from pathlib import Path
 import gradio as gr
 import pandas as pd
 
-from safe_engine.bench import STYLES, Bench, Example, builtin_tasks, load_results, load_settings, load_task, strategy_labels
+from safe_engine.bench import (
+    STYLES,
+    Bench,
+    Example,
+    builtin_tasks,
+    load_results,
+    load_settings,
+    load_task,
+    strategy_labels,
+)
 from safe_engine.bench.report import REPORT, SUMMARY, report_figures, summary_table, write_report
 from safe_engine.decoding import DecodeConfig
 from safe_engine.errors import ConfigError, SafeEngineError
@@ -29,8 +38,12 @@ from .stops import Stops
 from .transcript import status_html
 
 STRATEGIES = ("singles", "single", "per-token", "safe")
-FIGURES = {"accuracy": "Accuracy per strategy", "e_t": "Tokens ensembled (E/T) per task",
-           "latency": "Latency vs output length", "examples": "Per example: E/T vs relative wall time"}
+FIGURES = {
+    "accuracy": "Accuracy per strategy",
+    "e_t": "Tokens ensembled (E/T) per task",
+    "latency": "Latency vs output length",
+    "examples": "Per example: E/T vs relative wall time",
+}
 MAX_LIMIT = 1000
 DEFAULT_OUT = "out/bench-app"
 READY = "Pick task sets and strategies, then press Run; or show a folder an earlier run (here or `bench --out`) wrote."
@@ -46,8 +59,20 @@ class Plan:
     style: str
 
 
-def plan(tasks: list[str] | None, upload: str | None, strategies: list[str] | None, limit, max_new_tokens, style: str,
-         out_dir: str, models_text: str, drafter: str | None, _strategy, _max_new, *decoding) -> Plan:
+def plan(
+    tasks: list[str] | None,
+    upload: str | None,
+    strategies: list[str] | None,
+    limit,
+    max_new_tokens,
+    style: str,
+    out_dir: str,
+    models_text: str,
+    drafter: str | None,
+    _strategy,
+    _max_new,
+    *decoding,
+) -> Plan:
     """The bench form plus the Live tab's (whose strategy and length this tab sets itself), checked before
     anything loads; raises a SafeEngineError the page can show as is."""
     sources = [*(tasks or []), *([upload] if upload else [])]
@@ -122,17 +147,40 @@ class BenchmarkTab:
         with gr.Tab("Benchmark", id="bench"):
             with gr.Row():
                 with gr.Column(scale=1, min_width=300):
-                    tasks = gr.Dropdown(names, value=names[:1], multiselect=True, label="Shipped task sets", elem_id="bench-tasks")
-                    upload = gr.File(label="…and/or a task file (JSONL: native, GSM8K, MATH500, ARC or MMLU rows)",
-                                     file_types=[".jsonl"], elem_id="bench-upload")
-                    strategies = gr.CheckboxGroup(list(STRATEGIES), value=["singles", "per-token", "safe"], label="Strategies",
-                                                  info="single: the drafter alone; singles: each model alone", elem_id="bench-strategies")
-                    limit = gr.Number(5, label=f"Examples per task set (1–{MAX_LIMIT})", precision=0, elem_id="bench-limit")
-                    max_new = gr.Number(24, label=f"Max new tokens (1–{settings.MAX_NEW_TOKENS})", precision=0, elem_id="bench-max-new")
-                    style = gr.Radio(list(STYLES), value="direct", label="Prompt style",
-                                     info="direct: answer only, its first line is scored; cot: step by step", elem_id="bench-style")
-                    self.out = gr.Textbox(DEFAULT_OUT, label="Output folder (a rerun resumes it)", elem_id="bench-out",
-                                          info="Models and decoding settings come from the Ensemble live tab.")
+                    tasks = gr.Dropdown(
+                        names, value=names[:1], multiselect=True, label="Shipped task sets", elem_id="bench-tasks"
+                    )
+                    upload = gr.File(
+                        label="…and/or a task file (JSONL: native, GSM8K, MATH500, ARC or MMLU rows)",
+                        file_types=[".jsonl"],
+                        elem_id="bench-upload",
+                    )
+                    strategies = gr.CheckboxGroup(
+                        list(STRATEGIES),
+                        value=["singles", "per-token", "safe"],
+                        label="Strategies",
+                        info="single: the drafter alone; singles: each model alone",
+                        elem_id="bench-strategies",
+                    )
+                    limit = gr.Number(
+                        5, label=f"Examples per task set (1–{MAX_LIMIT})", precision=0, elem_id="bench-limit"
+                    )
+                    max_new = gr.Number(
+                        24, label=f"Max new tokens (1–{settings.MAX_NEW_TOKENS})", precision=0, elem_id="bench-max-new"
+                    )
+                    style = gr.Radio(
+                        list(STYLES),
+                        value="direct",
+                        label="Prompt style",
+                        info="direct: answer only, its first line is scored; cot: step by step",
+                        elem_id="bench-style",
+                    )
+                    self.out = gr.Textbox(
+                        DEFAULT_OUT,
+                        label="Output folder (a rerun resumes it)",
+                        elem_id="bench-out",
+                        info="Models and decoding settings come from the Ensemble live tab.",
+                    )
                     with gr.Row():
                         run = gr.Button("Run", variant="primary", elem_id="bench-run")
                         stop = gr.Button("Stop", variant="stop", elem_id="bench-stop")
@@ -142,16 +190,27 @@ class BenchmarkTab:
                         self.csv = gr.DownloadButton("Summary (CSV)", interactive=False, elem_id="bench-csv")
                 with gr.Column(scale=3):
                     self.status = gr.HTML(status_html(READY), elem_id="bench-status")
-                    self.table = gr.Dataframe(label="Summary per task and strategy", interactive=False, elem_id="bench-table")
+                    self.table = gr.Dataframe(
+                        label="Summary per task and strategy", interactive=False, elem_id="bench-table"
+                    )
                     self.plots = {}
                     for pair in (("accuracy", "e_t"), ("latency", "examples")):
                         with gr.Row():
                             for name in pair:
-                                self.plots[name] = gr.Plot(charts.placeholder(FIGURES[name], "appears when runs finish"),
-                                                           show_label=False, elem_id=f"bench-{name.replace('_', '-')}")
+                                self.plots[name] = gr.Plot(
+                                    charts.placeholder(FIGURES[name], "appears when runs finish"),
+                                    show_label=False,
+                                    elem_id=f"bench-{name.replace('_', '-')}",
+                                )
         results = [self.status, self.table, *self.plots.values(), self.html, self.csv]
-        run.click(self.run, [tasks, upload, strategies, limit, max_new, style, self.out, *form], results,
-                  concurrency_id="models", concurrency_limit=1, api_name="bench")
+        run.click(
+            self.run,
+            [tasks, upload, strategies, limit, max_new, style, self.out, *form],
+            results,
+            concurrency_id="models",
+            concurrency_limit=1,
+            api_name="bench",
+        )
         stop.click(stopper(stops), None, None, queue=False, api_visibility="private")
         show.click(self.show, [self.out], results, api_visibility="private")
 
@@ -169,7 +228,9 @@ class BenchmarkTab:
         except SafeEngineError as exc:
             yield problem(self.status, exc, "start the benchmark")
             return
-        loaded = yield from load(self.pool, self.stops, self.status, request.session_hash, chosen.specs, "start the benchmark")
+        loaded = yield from load(
+            self.pool, self.stops, self.status, request.session_hash, chosen.specs, "start the benchmark"
+        )
         if loaded is None:
             return
         models, flag = loaded
@@ -180,17 +241,28 @@ class BenchmarkTab:
             yield problem(self.status, exc, "start the benchmark")
             return
         records, clock, started, resumed = load_results(chosen.out_dir), Throttle(), time.monotonic(), bench.done
-        yield {self.status: status_html(f"Running: {progress_line(bench.done, bench.total, 0, 0)}…", "busy"),
-               self.html: gr.DownloadButton(interactive=False), self.csv: gr.DownloadButton(interactive=False)}
+        yield {
+            self.status: status_html(f"Running: {progress_line(bench.done, bench.total, 0, 0)}…", "busy"),
+            self.html: gr.DownloadButton(interactive=False),
+            self.csv: gr.DownloadButton(interactive=False),
+        }
         try:
             for record in bench.run(flag):
                 records.append(record)
                 line = progress_line(bench.done, bench.total, bench.done - resumed, time.monotonic() - started)
                 figures = report_figures(records, bench.drafter) if clock.due() else None
-                yield {self.status: status_html(f"Running: {line}. Last: {record['task']}/{record['id']} {record['strategy']}.", "busy")} | self._shown(summary(records, bench.drafter), figures)
-            outcome = status_html(f"{'Stopped' if flag.is_set() else 'Done'}: {bench.done} of {bench.total} runs in {chosen.out_dir}.")
+                yield {
+                    self.status: status_html(
+                        f"Running: {line}. Last: {record['task']}/{record['id']} {record['strategy']}.", "busy"
+                    )
+                } | self._shown(summary(records, bench.drafter), figures)
+            outcome = status_html(
+                f"{'Stopped' if flag.is_set() else 'Done'}: {bench.done} of {bench.total} runs in {chosen.out_dir}."
+            )
         except Exception as exc:  # finished runs are on disk; say what happened
-            outcome = status_html(f"The benchmark broke off: {user_message(exc)}. Finished runs are kept in {chosen.out_dir}.", "error")
+            outcome = status_html(
+                f"The benchmark broke off: {user_message(exc)}. Finished runs are kept in {chosen.out_dir}.", "error"
+            )
         finally:
             self.stops.disarm(request.session_hash, flag)
         if not records:
@@ -205,5 +277,7 @@ class BenchmarkTab:
 
     def _downloads(self, out_dir: Path) -> dict:
         html, csv = report_files(out_dir)
-        return {self.html: gr.DownloadButton(value=html, interactive=html is not None),
-                self.csv: gr.DownloadButton(value=csv, interactive=csv is not None)}
+        return {
+            self.html: gr.DownloadButton(value=html, interactive=html is not None),
+            self.csv: gr.DownloadButton(value=csv, interactive=csv is not None),
+        }

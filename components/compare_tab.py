@@ -12,6 +12,7 @@ import pandas as pd
 
 from safe_engine.compare import ratios, run_comparison, summarize
 from safe_engine.damage import degenerate
+
 from . import charts
 from .pool import ModelPool
 from .runner import Throttle, prepare, stopper, user_message
@@ -54,9 +55,16 @@ class CompareTab:
         with gr.Tab("Compare", id="compare"):
             with gr.Row():
                 with gr.Column(scale=1, min_width=300):
-                    self.prompt = gr.Textbox(label="Prompt", lines=3, max_lines=12, elem_id="compare-prompt",
-                                             info="Uses the models and settings of the Ensemble live tab.")
-                    gr.Examples([[e["prompt"]] for e in examples], [self.prompt], example_labels=[e["label"] for e in examples])
+                    self.prompt = gr.Textbox(
+                        label="Prompt",
+                        lines=3,
+                        max_lines=12,
+                        elem_id="compare-prompt",
+                        info="Uses the models and settings of the Ensemble live tab.",
+                    )
+                    gr.Examples(
+                        [[e["prompt"]] for e in examples], [self.prompt], example_labels=[e["label"] for e in examples]
+                    )
                     with gr.Row():
                         run = gr.Button("Compare", variant="primary", elem_id="compare-run")
                         stop = gr.Button("Stop", variant="stop", elem_id="compare-stop")
@@ -65,19 +73,30 @@ class CompareTab:
                         self.trace = gr.DownloadButton("Traces (JSONL)", interactive=False, elem_id="compare-trace")
                     gr.Markdown(EXPLANATION)
                 with gr.Column(scale=3):
-                    self.status = gr.HTML(status_html("Press Compare to run each model alone, per-token and SAFE on one prompt."), elem_id="compare-status")
+                    self.status = gr.HTML(
+                        status_html("Press Compare to run each model alone, per-token and SAFE on one prompt."),
+                        elem_id="compare-status",
+                    )
                     gr.HTML(legend_html())
                     self.grid = gr.HTML(compare_html([]), elem_id="compare-grid")
                     self.damage = gr.Plot(charts.damage([]), show_label=False, elem_id="compare-damage")
                     self.measured = gr.HTML(elem_id="compare-measured")
                     self.table = gr.Dataframe(label="Metrics", interactive=False, elem_id="compare-table")
                     self.bars = gr.Plot(charts.compare_bars([]), show_label=False, elem_id="compare-bars")
-        run.click(self.run, [self.prompt, *form], [self.status, self.grid, self.damage, self.measured, self.table, self.bars, self.csv, self.trace],
-                  concurrency_id="models", concurrency_limit=1, api_name="compare")
+        run.click(
+            self.run,
+            [self.prompt, *form],
+            [self.status, self.grid, self.damage, self.measured, self.table, self.bars, self.csv, self.trace],
+            concurrency_id="models",
+            concurrency_limit=1,
+            api_name="compare",
+        )
         stop.click(stopper(stops), None, None, queue=False, api_visibility="private")
 
     def run(self, request: gr.Request, prompt: str, *form):
-        prepared = yield from prepare(self.pool, self.stops, self.status, request.session_hash, prompt, form, "start the comparison")
+        prepared = yield from prepare(
+            self.pool, self.stops, self.status, request.session_hash, prompt, form, "start the comparison"
+        )
         if prepared is None:
             return
         config, models, flag = prepared
@@ -85,8 +104,14 @@ class CompareTab:
         runs: dict[str, list] = {}
         views: dict[str, RunView] = {}
         clock = Throttle()
-        yield {self.status: status_html("Comparing: each model alone, then per-token, then SAFE…", "busy"), self.grid: compare_html([]),
-               self.damage: charts.damage([]), self.measured: "", self.csv: gr.DownloadButton(interactive=False), self.trace: gr.DownloadButton(interactive=False)}
+        yield {
+            self.status: status_html("Comparing: each model alone, then per-token, then SAFE…", "busy"),
+            self.grid: compare_html([]),
+            self.damage: charts.damage([]),
+            self.measured: "",
+            self.csv: gr.DownloadButton(interactive=False),
+            self.trace: gr.DownloadButton(interactive=False),
+        }
         try:
             for label, event in run_comparison(models, prompt, config, flag):
                 runs.setdefault(label, []).append(event)
@@ -96,15 +121,23 @@ class CompareTab:
                     if flag.is_set():
                         break
                 elif event.kind == "text_committed" and clock.due():
-                    yield {self.grid: compare_html(list(views.values())), self.damage: charts.damage(list(views.items()))}
-            outcome = status_html("Stopped." if flag.is_set() else "Done. Hover a token in any column for what happened to it.")
+                    yield {
+                        self.grid: compare_html(list(views.values())),
+                        self.damage: charts.damage(list(views.items())),
+                    }
+            outcome = status_html(
+                "Stopped." if flag.is_set() else "Done. Hover a token in any column for what happened to it."
+            )
         except Exception as exc:
             outcome = status_html(f"The comparison broke off: {user_message(exc)}. Finished runs are kept.", "error")
         finally:
             self.stops.disarm(request.session_hash, flag)
         events = [e.to_dict() for label_events in runs.values() for e in label_events]
-        yield {self.status: outcome, self.grid: compare_html(list(views.values())),
-               self.trace: gr.DownloadButton(value=save_trace(events, "comparison-trace"), interactive=True)} | self._results(runs, views, drafter)
+        yield {
+            self.status: outcome,
+            self.grid: compare_html(list(views.values())),
+            self.trace: gr.DownloadButton(value=save_trace(events, "comparison-trace"), interactive=True),
+        } | self._results(runs, views, drafter)
 
     def _results(self, runs: dict[str, list], views: dict[str, RunView], drafter: str) -> dict:
         summaries = [summarize(events, label) for label, events in runs.items() if views[label].finished]
@@ -113,8 +146,13 @@ class CompareTab:
         frame = metrics_frame(summaries, views, drafter)
         path = Path(tempfile.mkdtemp(prefix="safe-metrics-")) / "comparison-metrics.csv"
         frame.to_csv(path, index=False)
-        return {self.table: frame, self.bars: charts.compare_bars(summaries), self.damage: charts.damage(list(views.items())),
-                self.measured: measured_html(summaries, views, drafter), self.csv: gr.DownloadButton(value=str(path), interactive=True)}
+        return {
+            self.table: frame,
+            self.bars: charts.compare_bars(summaries),
+            self.damage: charts.damage(list(views.items())),
+            self.measured: measured_html(summaries, views, drafter),
+            self.csv: gr.DownloadButton(value=str(path), interactive=True),
+        }
 
 
 def metrics_frame(summaries: list[dict], views: dict[str, RunView], drafter: str) -> pd.DataFrame:
@@ -126,31 +164,33 @@ def metrics_frame(summaries: list[dict], views: dict[str, RunView], drafter: str
         damage = views[s["label"]].damage_summary() or {}
         degeneration = damage.get("degeneration") or {}
         kl = damage.get("kl_mean")
-        rows.append({
-            "run": s["label"],
-            "tokens": s["tokens"],
-            "E/T": round(s["e_t"], 3),
-            "ensembled": s["ensembled"],
-            "replaced": s["replaced"],
-            "OOV-like skips": sum(s["oov_skips"].values()),
-            "OOV-like damage": views[s["label"]].metrics()["damaged"],
-            "consensus skips": sum(s["consensus_skips"].values()),
-            "wall s": round(s["wall_s"], 2),
-            "tokens/s": round(s["tokens_per_s"], 2),
-            "× drafter time": round(relative[s["label"]], 2) if s["label"] in relative else None,
-            "drafter non-canonical": damage.get("non_canonical"),
-            "drafter non-canonical max": damage.get("non_canonical_max"),
-            "KL mean (nats)": None if kl is None else round(kl, 4),
-            "OOV-like predictions": damage.get("oov_like_predictions"),
-            "degenerated": None if not degeneration else ("yes" if degenerate(degeneration) else "no"),
-            "repeated 4-gram rate": _rounded(degeneration.get("repeated_4gram_rate")),
-            "longest token run": degeneration.get("longest_token_run"),
-            "longest line run": degeneration.get("longest_line_run"),
-            "whitespace share": _rounded(degeneration.get("whitespace_share")),
-            "U+FFFD": degeneration.get("replacement_chars"),
-            "stop": s["stop_reason"],
-            "text": s["text"],
-        })
+        rows.append(
+            {
+                "run": s["label"],
+                "tokens": s["tokens"],
+                "E/T": round(s["e_t"], 3),
+                "ensembled": s["ensembled"],
+                "replaced": s["replaced"],
+                "OOV-like skips": sum(s["oov_skips"].values()),
+                "OOV-like damage": views[s["label"]].metrics()["damaged"],
+                "consensus skips": sum(s["consensus_skips"].values()),
+                "wall s": round(s["wall_s"], 2),
+                "tokens/s": round(s["tokens_per_s"], 2),
+                "× drafter time": round(relative[s["label"]], 2) if s["label"] in relative else None,
+                "drafter non-canonical": damage.get("non_canonical"),
+                "drafter non-canonical max": damage.get("non_canonical_max"),
+                "KL mean (nats)": None if kl is None else round(kl, 4),
+                "OOV-like predictions": damage.get("oov_like_predictions"),
+                "degenerated": None if not degeneration else ("yes" if degenerate(degeneration) else "no"),
+                "repeated 4-gram rate": _rounded(degeneration.get("repeated_4gram_rate")),
+                "longest token run": degeneration.get("longest_token_run"),
+                "longest line run": degeneration.get("longest_line_run"),
+                "whitespace share": _rounded(degeneration.get("whitespace_share")),
+                "U+FFFD": degeneration.get("replacement_chars"),
+                "stop": s["stop_reason"],
+                "text": s["text"],
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -197,12 +237,19 @@ def _damage_sentences(per_token: dict, safe: dict, drafter: str) -> list[str]:
         f"OOV-like predictions: per-token {per_token['oov_like_predictions']}, SAFE {safe['oov_like_predictions']}.",
     ]
     if per_token["degeneration"] is not None and safe["degeneration"] is not None:
-        lines.append(f"Degeneration: per-token {esc(degeneration_text(per_token['degeneration']))}; "
-                     f"SAFE {esc(degeneration_text(safe['degeneration']))}.")
-    hurt = {name: d["non_canonical_max"] + d["oov_like_predictions"] for name, d in (("per-token", per_token), ("safe", safe))}
+        lines.append(
+            f"Degeneration: per-token {esc(degeneration_text(per_token['degeneration']))}; "
+            f"SAFE {esc(degeneration_text(safe['degeneration']))}."
+        )
+    hurt = {
+        name: d["non_canonical_max"] + d["oov_like_predictions"]
+        for name, d in (("per-token", per_token), ("safe", safe))
+    }
     if hurt["per-token"] == hurt["safe"] == 0:
-        lines.append("On this prompt neither ensemble left a non-canonical context or made an OOV-like prediction; "
-                     "prompts where the tokenizers cut words differently (rare names, code) are where they can differ.")
+        lines.append(
+            "On this prompt neither ensemble left a non-canonical context or made an OOV-like prediction; "
+            "prompts where the tokenizers cut words differently (rare names, code) are where they can differ."
+        )
     elif hurt["safe"] == 0:
         lines.append("Here SAFE avoided the damage per-token ensembling did.")
     elif hurt["safe"] < hurt["per-token"]:

@@ -28,54 +28,128 @@ class LiveTab:
             with gr.Row():
                 with gr.Column(scale=1, min_width=300):
                     self.prompt = gr.Textbox(label="Prompt", lines=3, max_lines=12, elem_id="prompt")
-                    gr.Examples([[e["prompt"]] for e in examples], [self.prompt], example_labels=[e["label"] for e in examples])
+                    gr.Examples(
+                        [[e["prompt"]] for e in examples], [self.prompt], example_labels=[e["label"] for e in examples]
+                    )
                     with gr.Row():
                         run = gr.Button("Run", variant="primary", elem_id="run")
                         stop = gr.Button("Stop", variant="stop", elem_id="stop")
-                    models = gr.Textbox("\n".join(specs), label="Models (one spec per line)", lines=2, elem_id="models",
-                                        info="embedded:NAME, a local folder, a .gguf file or a hub id")
-                    drafter = gr.Dropdown(specs, value=specs[0], label="Drafter", allow_custom_value=True, elem_id="drafter")
-                    strategy = gr.Radio(["safe", "per-token", "single"], value="safe", label="Strategy", elem_id="strategy")
-                    max_new = gr.Number(48, label=f"Max new tokens (1–{settings.MAX_NEW_TOKENS})", precision=0, elem_id="max-new")
-                    lookahead = gr.Slider(1, 16, DEFAULTS.lookahead, step=1, label="Lookahead n (tokens drafted per round)")
+                    models = gr.Textbox(
+                        "\n".join(specs),
+                        label="Models (one spec per line)",
+                        lines=2,
+                        elem_id="models",
+                        info="embedded:NAME, a local folder, a .gguf file or a hub id",
+                    )
+                    drafter = gr.Dropdown(
+                        specs, value=specs[0], label="Drafter", allow_custom_value=True, elem_id="drafter"
+                    )
+                    strategy = gr.Radio(
+                        ["safe", "per-token", "single"], value="safe", label="Strategy", elem_id="strategy"
+                    )
+                    max_new = gr.Number(
+                        48, label=f"Max new tokens (1–{settings.MAX_NEW_TOKENS})", precision=0, elem_id="max-new"
+                    )
+                    lookahead = gr.Slider(
+                        1, 16, DEFAULTS.lookahead, step=1, label="Lookahead n (tokens drafted per round)"
+                    )
                     top_k = gr.Slider(1, 50, DEFAULTS.ensemble.top_k, step=1, label="Top-k per model in the union")
-                    sharpen = gr.Radio(list(SHARPENING), value=DEFAULTS.ensemble.sharpen, label="Sharpening (when the ensemble's max p < 0.5)")
-                    sharpen_lambda = gr.Slider(0.01, 0.99, DEFAULTS.ensemble.sharpen_lambda, step=0.01, label="Heuristic λ")
+                    sharpen = gr.Radio(
+                        list(SHARPENING),
+                        value=DEFAULTS.ensemble.sharpen,
+                        label="Sharpening (when the ensemble's max p < 0.5)",
+                    )
+                    sharpen_lambda = gr.Slider(
+                        0.01, 0.99, DEFAULTS.ensemble.sharpen_lambda, step=0.01, label="Heuristic λ"
+                    )
                     with gr.Accordion("More options", open=False):
                         method = gr.Radio(list(METHODS), value=DEFAULTS.ensemble.method, label="Ensemble method")
-                        gate = gr.Radio(list(settings.GATES), value="auto", label="GaC's gate",
-                                        info="ensemble only where the drafter's top p < 0.5; auto: on for gac, as the paper runs it")
-                        safe_mode = gr.Radio(list(SAFE_MODES), value=DEFAULTS.safe_mode, label="SAFE mode",
-                                             info="exact: one ensemble per round, the rest of the draft dropped (the paper); fast: keeps "
-                                                  "scanning a draft the ensemble confirmed (about 1 % faster; changed 0 of 20 benchmark outputs, can change some)")
-                        draft_gate = gr.Number(DEFAULTS.draft_gate, label="SAFE draft gate τ", minimum=0, maximum=0.99, step=0.05,
-                                               info="end a draft right after a token the drafter gives p < τ (0: the paper's "
-                                                    "full 5-token drafts; 0.3 measured 1.2–1.4× faster, same output on 19 of 20 prompts)",
-                                               elem_id="draft-gate")
-                        per_token_commit = gr.Radio(list(PER_TOKEN_COMMITS), value=DEFAULTS.per_token_commit, label="Per-token commit",
-                                                    info="first-subtoken: the drafter appends only its first piece of the ensemble's "
-                                                         "string, as UniTE does; full: its whole spelling (a gentler baseline)")
-                        temperature = gr.Number(DEFAULTS.temperature, label="Temperature (0 = greedy, the paper's setting)", minimum=0, elem_id="temperature")
+                        gate = gr.Radio(
+                            list(settings.GATES),
+                            value="auto",
+                            label="GaC's gate",
+                            info="ensemble only where the drafter's top p < 0.5; auto: on for gac, as the paper runs it",
+                        )
+                        safe_mode = gr.Radio(
+                            list(SAFE_MODES),
+                            value=DEFAULTS.safe_mode,
+                            label="SAFE mode",
+                            info="exact: one ensemble per round, the rest of the draft dropped (the paper); fast: keeps "
+                            "scanning a draft the ensemble confirmed (about 1 % faster; changed 0 of 20 benchmark outputs, can change some)",
+                        )
+                        draft_gate = gr.Number(
+                            DEFAULTS.draft_gate,
+                            label="SAFE draft gate τ",
+                            minimum=0,
+                            maximum=0.99,
+                            step=0.05,
+                            info="end a draft right after a token the drafter gives p < τ (0: the paper's "
+                            "full 5-token drafts; 0.3 measured 1.2–1.4× faster, same output on 19 of 20 prompts)",
+                            elem_id="draft-gate",
+                        )
+                        per_token_commit = gr.Radio(
+                            list(PER_TOKEN_COMMITS),
+                            value=DEFAULTS.per_token_commit,
+                            label="Per-token commit",
+                            info="first-subtoken: the drafter appends only its first piece of the ensemble's "
+                            "string, as UniTE does; full: its whole spelling (a gentler baseline)",
+                        )
+                        temperature = gr.Number(
+                            DEFAULTS.temperature,
+                            label="Temperature (0 = greedy, the paper's setting)",
+                            minimum=0,
+                            elem_id="temperature",
+                        )
                         top_p = gr.Slider(0.05, 1.0, DEFAULTS.top_p, step=0.05, label="Top-p (when sampling)")
-                        seed = gr.Number(None, label="Seed (empty: a fresh one; the run reports it)", precision=0, elem_id="seed")
-                    self.download = gr.DownloadButton("Download trace (JSONL)", interactive=False, elem_id="live-download")
+                        seed = gr.Number(
+                            None, label="Seed (empty: a fresh one; the run reports it)", precision=0, elem_id="seed"
+                        )
+                    self.download = gr.DownloadButton(
+                        "Download trace (JSONL)", interactive=False, elem_id="live-download"
+                    )
                 with gr.Column(scale=3):
                     self.status = gr.HTML(status_html(READY), elem_id="live-status")
                     self.whatif = WhatIf(pool, stops)
                     self.panel = RunPanel("live", below_details=self.whatif.controls)
                     self.whatif.section()
         # Every input after the prompt, in the order settings.build takes them (the Compare tab reuses them).
-        self.form = [models, drafter, strategy, max_new, lookahead, top_k, sharpen, sharpen_lambda, method, safe_mode,
-                     draft_gate, per_token_commit, gate, temperature, top_p, seed]
+        self.form = [
+            models,
+            drafter,
+            strategy,
+            max_new,
+            lookahead,
+            top_k,
+            sharpen,
+            sharpen_lambda,
+            method,
+            safe_mode,
+            draft_gate,
+            per_token_commit,
+            gate,
+            temperature,
+            top_p,
+            seed,
+        ]
         self.models = models
-        models.change(lambda text: gr.Dropdown(choices=settings.parse_specs(text)), [models], [drafter], api_visibility="private")
-        run.click(self.run, [self.prompt, *self.form], [self.status, self.download, *self.panel.outputs, *self.whatif.reset_outputs],
-                  concurrency_id="models", concurrency_limit=1, api_name="generate")
+        models.change(
+            lambda text: gr.Dropdown(choices=settings.parse_specs(text)), [models], [drafter], api_visibility="private"
+        )
+        run.click(
+            self.run,
+            [self.prompt, *self.form],
+            [self.status, self.download, *self.panel.outputs, *self.whatif.reset_outputs],
+            concurrency_id="models",
+            concurrency_limit=1,
+            api_name="generate",
+        )
         stop.click(stopper(stops), None, None, queue=False, api_name="stop")
         self.whatif.wire(self.panel)
 
     def run(self, request: gr.Request, prompt: str, *form):
-        prepared = yield from prepare(self.pool, self.stops, self.status, request.session_hash, prompt, form, "start the run")
+        prepared = yield from prepare(
+            self.pool, self.stops, self.status, request.session_hash, prompt, form, "start the run"
+        )
         if prepared is None:
             return
         config, models, flag = prepared
@@ -87,8 +161,14 @@ class LiveTab:
             return
         view, clock, frames = RunView(), Throttle(), Throttle(FRAME_INTERVAL_S)
         origin = Origin(prompt, tuple(m.spec.spec for m in models), config)
-        yield ({self.status: status_html(f"Running {config.strategy} on {', '.join(m.name for m in models)}…", "busy"),
-                self.download: gr.DownloadButton(interactive=False)} | self.panel.fresh(view) | self.whatif.reset(origin))
+        yield (
+            {
+                self.status: status_html(f"Running {config.strategy} on {', '.join(m.name for m in models)}…", "busy"),
+                self.download: gr.DownloadButton(interactive=False),
+            }
+            | self.panel.fresh(view)
+            | self.whatif.reset(origin)
+        )
         try:
             for event in events:
                 view.add(event.to_dict())
@@ -99,13 +179,27 @@ class LiveTab:
             outcome = status_html(f"The run broke off: {user_message(exc)}. The transcript so far is kept.", "error")
         finally:
             self.stops.disarm(request.session_hash, flag)
-        yield ({self.status: outcome, self.download: gr.DownloadButton(value=save_trace(view.events, f"{view.label}-trace"), interactive=True)}
-               | self.panel.show(view) | self.whatif.offer(view, view.pinned))
+        yield (
+            {
+                self.status: outcome,
+                self.download: gr.DownloadButton(
+                    value=save_trace(view.events, f"{view.label}-trace"), interactive=True
+                ),
+            }
+            | self.panel.show(view)
+            | self.whatif.offer(view, view.pinned)
+        )
 
 
 def _finished(view: RunView) -> str:
     m = view.metrics()
-    reason = {"eos": "the model ended its answer", "stop": "a stop sequence ended it", "max_new_tokens": "max new tokens reached",
-              "stopped": "stopped"}.get(m["stop_reason"], m["stop_reason"])
-    return (f"Done ({reason}): {m['tokens']} tokens, E/T {m['e_t']:.1%}, {m['tokens_per_s'] or 0:.1f} tokens/s. "
-            "Click a token for its details, or to branch from it.")
+    reason = {
+        "eos": "the model ended its answer",
+        "stop": "a stop sequence ended it",
+        "max_new_tokens": "max new tokens reached",
+        "stopped": "stopped",
+    }.get(m["stop_reason"], m["stop_reason"])
+    return (
+        f"Done ({reason}): {m['tokens']} tokens, E/T {m['e_t']:.1%}, {m['tokens_per_s'] or 0:.1f} tokens/s. "
+        "Click a token for its details, or to branch from it."
+    )

@@ -3,7 +3,7 @@ What-if and Replay views so a recorded trace looks exactly like the run that pro
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import gradio as gr
 
@@ -37,14 +37,23 @@ class RunPanel:
     """`plots=False` leaves out the four charts (the what-if branch shows only its damage next to the
     original's); `below_details` builds more components right under the pinned details."""
 
-    def __init__(self, name: str, view: RunView | None = None, plots: bool = True, below_details: Callable[[], None] | None = None):
+    def __init__(
+        self,
+        name: str,
+        view: RunView | None = None,
+        plots: bool = True,
+        below_details: Callable[[], None] | None = None,
+    ):
         view = view or RunView()
         self.view = gr.State(view)
         self.metrics = gr.HTML(metrics_html(view), elem_id=f"{name}-metrics")
         gr.HTML(legend_html(), elem_id=f"{name}-legend")
         self.transcript = gr.HTML(
-            transcript_html(view), html_template='<div class="transcript">${value}</div>', js_on_load=PIN_JS,
-            elem_id=f"{name}-transcript", autoscroll=True,
+            transcript_html(view),
+            html_template='<div class="transcript">${value}</div>',
+            js_on_load=PIN_JS,
+            elem_id=f"{name}-transcript",
+            autoscroll=True,
         )
         self.details = gr.HTML(details_html(view, None), elem_id=f"{name}-details")
         if below_details:
@@ -57,7 +66,9 @@ class RunPanel:
             with gr.Row():
                 self.union = gr.Plot(charts.union(view), show_label=False, elem_id=f"{name}-union")
                 self.split = gr.Plot(charts.time_split(view), show_label=False, elem_id=f"{name}-split")
-        self.transcript.pin(self._pin, [self.view], [self.details, *([self.union] if plots else [])], api_visibility="private")
+        self.transcript.pin(
+            self._pin, [self.view], [self.details, *([self.union] if plots else [])], api_visibility="private"
+        )
 
     @property
     def outputs(self) -> list:
@@ -68,8 +79,12 @@ class RunPanel:
         """Outputs for `view`; charts only when `with_charts` (they are costly to remount in the browser)."""
         out = {self.view: view, self.metrics: metrics_html(view), self.transcript: transcript_html(view)}
         if with_charts and self.plots:
-            out |= {self.timeline: charts.timeline(view), self.progress: charts.progress(view),
-                    self.union: charts.union(view, view.pinned_point()), self.split: charts.time_split(view)}
+            out |= {
+                self.timeline: charts.timeline(view),
+                self.progress: charts.progress(view),
+                self.union: charts.union(view, view.pinned_point()),
+                self.split: charts.time_split(view),
+            }
         return out
 
     def fresh(self, view: RunView) -> dict:
@@ -95,8 +110,10 @@ def tokenizations_html(view: RunView, index: int) -> str:
     if None in specs:  # a trace from before runs recorded their specs
         return ""
     text, offset = view.context(index, CONTEXT_CHARS)
-    head = (f'<h4>every model\'s tokens around {esc(quoted(token.text))} (characters {token.start - offset}–'
-            f'{token.end - offset} below)</h4>')
+    head = (
+        f"<h4>every model's tokens around {esc(quoted(token.text))} (characters {token.start - offset}–"
+        f"{token.end - offset} below)</h4>"
+    )
     try:
         return f'<div class="details">{head}{pair_view_html(pair_view(text, load_vocabs(specs)))}</div>'
     except SafeEngineError as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 from safe_engine.compare import warm_up
 from safe_engine.models import LoadedModel, LoadOptions, load_model
@@ -27,7 +27,7 @@ class ModelPool:
                     self._models[spec] = model
             return [self._models[spec] for spec in specs]
 
-    def start(self, specs: Sequence[str]) -> "Loading":
+    def start(self, specs: Sequence[str]) -> Loading:
         return Loading(self, specs)
 
 

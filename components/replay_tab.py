@@ -36,23 +36,53 @@ class ReplayTab:
         with gr.Tab("Replay", id="replay"):
             with gr.Row():
                 with gr.Column(scale=1, min_width=300):
-                    shipped = gr.Dropdown(choices, value=choices[0][1] if choices else None, label="Recorded trace (embedded pair)", elem_id="replay-trace")
+                    shipped = gr.Dropdown(
+                        choices,
+                        value=choices[0][1] if choices else None,
+                        label="Recorded trace (embedded pair)",
+                        elem_id="replay-trace",
+                    )
                     self.caption = gr.HTML(caption_html(traces[0][1]) if traces else "", elem_id="replay-caption")
-                    upload = gr.File(label="…or a trace of your own (JSONL, from Download trace or --trace)", file_types=[".jsonl"],
-                                     elem_id="replay-upload")
-                    self.pick = gr.Dropdown(_run_choices(runs), value=0, label="Run in this trace", elem_id="replay-run", visible=len(runs) > 1)
-                    self.step = gr.Slider(1, max(len(runs[0]), 2) if runs else 2, len(runs[0]) if runs else 1, step=1,
-                                          label="Events replayed", elem_id="replay-step")
+                    upload = gr.File(
+                        label="…or a trace of your own (JSONL, from Download trace or --trace)",
+                        file_types=[".jsonl"],
+                        elem_id="replay-upload",
+                    )
+                    self.pick = gr.Dropdown(
+                        _run_choices(runs),
+                        value=0,
+                        label="Run in this trace",
+                        elem_id="replay-run",
+                        visible=len(runs) > 1,
+                    )
+                    self.step = gr.Slider(
+                        1,
+                        max(len(runs[0]), 2) if runs else 2,
+                        len(runs[0]) if runs else 1,
+                        step=1,
+                        label="Events replayed",
+                        elem_id="replay-step",
+                    )
                 with gr.Column(scale=3):
-                    self.status = gr.HTML(status_html("A recorded run: drag the slider to step through it. No model is needed."), elem_id="replay-status")
+                    self.status = gr.HTML(
+                        status_html("A recorded run: drag the slider to step through it. No model is needed."),
+                        elem_id="replay-status",
+                    )
                     self.panel = RunPanel("replay", RunView.of(runs[0]) if runs else None)
             self.runs = gr.State(runs)  # inside the Tab: a stray child of gr.Tabs shows up as a phantom tab
         opened = [self.runs, self.pick, self.step, self.status, self.caption, *self.panel.outputs]
         shipped.input(self.open, [shipped], opened, api_visibility="private")
         upload.upload(self.open, [upload], opened, api_visibility="private")
-        self.pick.input(self.select, [self.runs, self.pick], [self.step, self.status, *self.panel.outputs], api_visibility="private")
-        self.step.input(self.at, [self.runs, self.pick, self.step], [self.status, *self.panel.outputs], api_visibility="private",
-                        trigger_mode="always_last")
+        self.pick.input(
+            self.select, [self.runs, self.pick], [self.step, self.status, *self.panel.outputs], api_visibility="private"
+        )
+        self.step.input(
+            self.at,
+            [self.runs, self.pick, self.step],
+            [self.status, *self.panel.outputs],
+            api_visibility="private",
+            trigger_mode="always_last",
+        )
 
     def open(self, path: str | None):
         if not path:
@@ -62,12 +92,17 @@ class ReplayTab:
         except TraceError as exc:
             gr.Warning(str(exc))
             return {self.status: status_html(f"Could not open the trace: {exc}.", "warn")}
-        return ({self.runs: runs, self.pick: gr.Dropdown(choices=_run_choices(runs), value=0, visible=len(runs) > 1),
-                 self.caption: caption_html(self.captions.get(path, ""))} | self.select(runs, 0))
+        return {
+            self.runs: runs,
+            self.pick: gr.Dropdown(choices=_run_choices(runs), value=0, visible=len(runs) > 1),
+            self.caption: caption_html(self.captions.get(path, "")),
+        } | self.select(runs, 0)
 
     def select(self, runs: list[list[dict]], index: int):
         events = runs[index]
-        return {self.step: gr.Slider(maximum=max(len(events), 2), value=len(events))} | self.at(runs, index, len(events))
+        return {self.step: gr.Slider(maximum=max(len(events), 2), value=len(events))} | self.at(
+            runs, index, len(events)
+        )
 
     def at(self, runs: list[list[dict]], index: int, step: int):
         events = runs[index][: int(step)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Generator
+from collections.abc import Generator
 
 import gradio as gr
 
@@ -41,7 +41,9 @@ def problem(status: gr.HTML, exc: BaseException, doing: str) -> dict:
 Prepared = tuple[DecodeConfig, list[LoadedModel], threading.Event]
 
 
-def prepare(pool: ModelPool, stops: Stops, status: gr.HTML, session: str, prompt: str, form: tuple, doing: str) -> Generator[dict, None, Prepared | None]:
+def prepare(
+    pool: ModelPool, stops: Stops, status: gr.HTML, session: str, prompt: str, form: tuple, doing: str
+) -> Generator[dict, None, Prepared | None]:
     """`prepared = yield from prepare(...)`: the checked config, the loaded models (progress streamed into
     `status`) and this session's armed stop flag; None once the page says why a run cannot start."""
     try:
@@ -53,14 +55,21 @@ def prepare(pool: ModelPool, stops: Stops, status: gr.HTML, session: str, prompt
     return None if loaded is None else (config, *loaded)
 
 
-def load(pool: ModelPool, stops: Stops, status: gr.HTML, session: str, specs: list[str], doing: str) -> Generator[dict, None, tuple[list[LoadedModel], threading.Event] | None]:
+def load(
+    pool: ModelPool, stops: Stops, status: gr.HTML, session: str, specs: list[str], doing: str
+) -> Generator[dict, None, tuple[list[LoadedModel], threading.Event] | None]:
     """`loaded = yield from load(...)`: the models (progress streamed into `status`) and this session's armed
     stop flag; None once the page says why they could not load."""
     flag = stops.arm(session)  # armed before loading, so Stop during loading cancels the run too
     try:
         loading = pool.start(specs)
         for message in loading:
-            yield {status: status_html(f"Loading models, once per process (the very first start converts the embedded models: about two minutes). {message}", "busy")}
+            yield {
+                status: status_html(
+                    f"Loading models, once per process (the very first start converts the embedded models: about two minutes). {message}",
+                    "busy",
+                )
+            }
         return loading.result(), flag
     except Exception as exc:
         stops.disarm(session, flag)

@@ -30,9 +30,24 @@ def build(prompt: str, *form, **named) -> tuple[list[str], DecodeConfig]:
     return decoding(*form, **named)
 
 
-def decoding(models_text: str, drafter: str | None, strategy: str, max_new_tokens, lookahead, top_k, sharpen: str,
-             sharpen_lambda, method: str, safe_mode: str, draft_gate, per_token_commit: str, gate: str, temperature, top_p,
-             seed) -> tuple[list[str], DecodeConfig]:
+def decoding(
+    models_text: str,
+    drafter: str | None,
+    strategy: str,
+    max_new_tokens,
+    lookahead,
+    top_k,
+    sharpen: str,
+    sharpen_lambda,
+    method: str,
+    safe_mode: str,
+    draft_gate,
+    per_token_commit: str,
+    gate: str,
+    temperature,
+    top_p,
+    seed,
+) -> tuple[list[str], DecodeConfig]:
     """The form without a prompt (the Benchmark tab's prompts come from task files), in the Live tab's order."""
     specs = parse_specs(models_text)
     if not specs:
@@ -45,11 +60,21 @@ def decoding(models_text: str, drafter: str | None, strategy: str, max_new_token
         raise ConfigError(f"max new tokens must be a whole number from 1 to {MAX_NEW_TOKENS}")
     if seed is not None and (seed != int(seed) or seed < 0):
         raise ConfigError("the seed must be a whole number ≥ 0, or empty for a fresh one")
-    ensemble = EnsembleConfig(method=method, top_k=int(top_k), sharpen=sharpen, sharpen_lambda=float(sharpen_lambda), gate=GATES[gate])
+    ensemble = EnsembleConfig(
+        method=method, top_k=int(top_k), sharpen=sharpen, sharpen_lambda=float(sharpen_lambda), gate=GATES[gate]
+    )
     config = DecodeConfig(
-        strategy=strategy, max_new_tokens=int(max_new_tokens), lookahead=int(lookahead), drafter=specs.index(drafter) if drafter else 0,
-        safe_mode=safe_mode, per_token_commit=per_token_commit, ensemble=ensemble, temperature=float(temperature or 0),
-        top_p=float(top_p), seed=None if seed is None else int(seed), draft_gate=float(draft_gate or 0),
+        strategy=strategy,
+        max_new_tokens=int(max_new_tokens),
+        lookahead=int(lookahead),
+        drafter=specs.index(drafter) if drafter else 0,
+        safe_mode=safe_mode,
+        per_token_commit=per_token_commit,
+        ensemble=ensemble,
+        temperature=float(temperature or 0),
+        top_p=float(top_p),
+        seed=None if seed is None else int(seed),
+        draft_gate=float(draft_gate or 0),
     )
     config.validate(len(specs))
     return specs, config

@@ -108,7 +108,7 @@ def _model_row(view: PairView, name: str, row: int, groups: list, ends: list[int
         f'<span class="td-label" style="grid-row:{row};grid-column:1;border-left:4px solid {color};'
         f'padding-left:4px">{_esc(name)}</span>'
     ]
-    for group in groups[bisect.bisect_right(ends, first):bisect.bisect_left(ends, last) + 1]:
+    for group in groups[bisect.bisect_right(ends, first) : bisect.bisect_left(ends, last) + 1]:
         start, end = max(group[0][1].start, first), min(group[-1][1].end, last)
         if start >= end:
             continue
@@ -123,7 +123,8 @@ def _model_row(view: PairView, name: str, row: int, groups: list, ends: list[int
             cells.append(f'<span class="{" ".join(classes)}" title="{_esc(title)}">{_esc(visible(token.text))}</span>')
         parts.append(
             f'<span class="td-group" style="grid-row:{row};grid-column:{start - first + 2} / span {end - start}">'
-            + "".join(cells) + "</span>"
+            + "".join(cells)
+            + "</span>"
         )
     return parts
 
@@ -209,12 +210,18 @@ def token_length_figure(view: PairView) -> go.Figure:
     fig = go.Figure()
     for i, (name, tokens) in enumerate(view.tokens.items()):
         fig.add_histogram(
-            x=[t.end - t.start for t in tokens], name=html.escape(name), marker_color=COLORS[i % len(COLORS)],
+            x=[t.end - t.start for t in tokens],
+            name=html.escape(name),
+            marker_color=COLORS[i % len(COLORS)],
             xbins=dict(start=0.5, size=1),
         )
     fig.update_layout(
-        template="none", barmode="group", height=300, margin=dict(l=52, r=20, t=40, b=44),
-        title=dict(text="Token length per model", font=dict(size=14)), legend=dict(orientation="h", y=-0.22),
+        template="none",
+        barmode="group",
+        height=300,
+        margin=dict(l=52, r=20, t=40, b=44),
+        title=dict(text="Token length per model", font=dict(size=14)),
+        legend=dict(orientation="h", y=-0.22),
     )
     fig.update_xaxes(title="characters per token", dtick=1)
     fig.update_yaxes(title="tokens")

@@ -44,28 +44,51 @@ class TokenizersTab:
         with gr.Tab("Tokenizers", id="tokenizers"):
             with gr.Row():
                 with gr.Column(scale=1, min_width=300):
-                    text = gr.Textbox(label="Text", lines=4, max_lines=12, elem_id="tok-text",
-                                      info="Uses the models of the Ensemble live tab; loads only their tokenizers.")
+                    text = gr.Textbox(
+                        label="Text",
+                        lines=4,
+                        max_lines=12,
+                        elem_id="tok-text",
+                        info="Uses the models of the Ensemble live tab; loads only their tokenizers.",
+                    )
                     gr.Examples([[e["text"]] for e in examples], [text], example_labels=[e["label"] for e in examples])
                     show = gr.Button("Show tokenizations", variant="primary", elem_id="tok-run")
                     gr.Markdown("### Corpus scan\nWhich words break most often over a longer text, in both directions.")
                     corpus = gr.Textbox(label="Corpus", lines=6, max_lines=12, elem_id="tok-corpus")
-                    upload = gr.File(label="…or a text file (UTF-8 .txt; used instead of the box)", file_types=[".txt"],
-                                     elem_id="tok-upload")
+                    upload = gr.File(
+                        label="…or a text file (UTF-8 .txt; used instead of the box)",
+                        file_types=[".txt"],
+                        elem_id="tok-upload",
+                    )
                     scan = gr.Button("Scan corpus", elem_id="tok-scan")
                     self.csv = gr.DownloadButton("Breaking spans (CSV)", interactive=False, elem_id="tok-csv")
                 with gr.Column(scale=3):
-                    self.status = gr.HTML(status_html("Type a text to see each model's tokens on one character ruler."), elem_id="tok-status")
+                    self.status = gr.HTML(
+                        status_html("Type a text to see each model's tokens on one character ruler."),
+                        elem_id="tok-status",
+                    )
                     self.pair = gr.HTML(elem_id="tok-pair")
                     self.stats = gr.HTML(elem_id="tok-stats")
-                    self.lengths = gr.Plot(charts.placeholder("Token length per model", "appears with the tokenizations"), show_label=False)
+                    self.lengths = gr.Plot(
+                        charts.placeholder("Token length per model", "appears with the tokenizations"), show_label=False
+                    )
                     self.summary = gr.HTML(elem_id="tok-summary")
-                    self.rates = gr.Dataframe(label="OOV-like tokens per direction", interactive=False, elem_id="tok-rates")
-                    self.spans = gr.Dataframe(label="Words and punctuation runs that break most often (click a header to sort)",
-                                              interactive=False, max_height=420, elem_id="tok-spans")
+                    self.rates = gr.Dataframe(
+                        label="OOV-like tokens per direction", interactive=False, elem_id="tok-rates"
+                    )
+                    self.spans = gr.Dataframe(
+                        label="Words and punctuation runs that break most often (click a header to sort)",
+                        interactive=False,
+                        max_height=420,
+                        elem_id="tok-spans",
+                    )
         show.click(self.show, [text, models], [self.status, self.pair, self.stats, self.lengths], api_name="tokenizers")
-        scan.click(self.scan, [corpus, upload, models], [self.status, self.summary, self.rates, self.spans, self.csv],
-                   api_name="tokenizers_scan")
+        scan.click(
+            self.scan,
+            [corpus, upload, models],
+            [self.status, self.summary, self.rates, self.spans, self.csv],
+            api_name="tokenizers_scan",
+        )
 
     def show(self, text: str, models_text: str) -> dict:
         try:
@@ -74,8 +97,15 @@ class TokenizersTab:
             view = pair_view(text, load_vocabs(parse_specs(models_text)))
         except SafeEngineError as exc:
             return problem(self.status, exc, "compare the tokenizers")
-        summary = status_html("Green boundaries: every model cuts there; dashed orange: only some do. Hover a token for its ids and offsets.")
-        return {self.status: summary, self.pair: pair_view_html(view), self.stats: stats_html(view), self.lengths: token_length_figure(view)}
+        summary = status_html(
+            "Green boundaries: every model cuts there; dashed orange: only some do. Hover a token for its ids and offsets."
+        )
+        return {
+            self.status: summary,
+            self.pair: pair_view_html(view),
+            self.stats: stats_html(view),
+            self.lengths: token_length_figure(view),
+        }
 
     def scan(self, pasted: str, path: str | None, models_text: str) -> dict:
         try:
@@ -88,7 +118,9 @@ class TokenizersTab:
         csv = Path(tempfile.mkdtemp(prefix="safe-tokdiff-")) / "breaking-spans.csv"
         frame.to_csv(csv, index=False)
         return {
-            self.status: status_html(f"Scanned {len(text):,} characters: {len(frame):,} distinct spans break at least once."),
+            self.status: status_html(
+                f"Scanned {len(text):,} characters: {len(frame):,} distinct spans break at least once."
+            ),
             self.summary: corpus_html(result, word_agreement(vocabs), vocab_overlap(vocabs)),
             self.rates: rates_frame(result).round(3),
             self.spans: frame.round(3),  # the CSV keeps full precision

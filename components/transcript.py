@@ -26,7 +26,13 @@ LEGEND = (
 
 
 def token_classes(t: TokenView) -> str:
-    names = {"accepted": ["acc"], "skipped-consensus": ["cons"], "skipped-oov": ["oov"], "ensembled": ["ens"], "forced": ["forced"]}[t.decision]
+    names = {
+        "accepted": ["acc"],
+        "skipped-consensus": ["cons"],
+        "skipped-oov": ["oov"],
+        "ensembled": ["ens"],
+        "forced": ["forced"],
+    }[t.decision]
     if t.reason == "mean>0.5":
         names.append("mean")
     if t.changed:
@@ -54,7 +60,9 @@ def why(t: TokenView, view: RunView) -> str:
     if t.decision == "accepted":
         text = "committed as drafted: one model decodes alone and nothing checks it"
     elif t.decision == "forced":
-        text = "forced: you committed this text here" + (f" instead of {quoted(t.drafted)}" if t.drafted is not None else " (the strategy picked it too)")
+        text = "forced: you committed this text here" + (
+            f" instead of {quoted(t.drafted)}" if t.drafted is not None else " (the strategy picked it too)"
+        )
     elif t.decision == "skipped-oov" and t.reason == "a special token with no text":
         text = "not ensembled: a special token that writes no text, so no other model can see it"
     elif t.decision == "skipped-oov" and t.reason == "inside a character":
@@ -68,7 +76,11 @@ def why(t: TokenView, view: RunView) -> str:
     elif t.reason == "resampled":
         text = f"ensembled: the draft was not kept (kept with probability {(t.verify or {}).get('accept_p') or 0:.2f}), so the ensemble was sampled"
     else:
-        text = f"ensembled: no consensus (mean p {mean:.2f} ≤ 0.5 and the top tokens differ)" if mean is not None else "ensembled"
+        text = (
+            f"ensembled: no consensus (mean p {mean:.2f} ≤ 0.5 and the top tokens differ)"
+            if mean is not None
+            else "ensembled"
+        )
     if t.decision == "ensembled" and t.point is not None:
         point = view.points[t.point]
         if t.drafted is not None:
@@ -121,7 +133,8 @@ def transcript_html(view: RunView, pinnable: bool = True) -> str:
 
 def legend_html() -> str:
     items = "".join(
-        f'<span class="legend-item" title="{esc(note)}"><span class="tok {cls}">{esc(label)}</span></span>' for cls, label, note in LEGEND
+        f'<span class="legend-item" title="{esc(note)}"><span class="tok {cls}">{esc(label)}</span></span>'
+        for cls, label, note in LEGEND
     )
     return f'<div class="legend" role="list">{items}</div>'
 
@@ -143,12 +156,17 @@ def metrics_html(view: RunView) -> str:
         ("wall time", _fmt(m["wall_s"], ".1f", " s")),
     ]
     state = f"finished: {m['stop_reason']}" if m["stop_reason"] else "running…"
-    prompts = "".join(f"<dt>{esc(name)}</dt><dd><pre>{esc(text)}</pre></dd>" for name, text in view.started["prompts"].items())
+    prompts = "".join(
+        f"<dt>{esc(name)}</dt><dd><pre>{esc(text)}</pre></dd>" for name, text in view.started["prompts"].items()
+    )
     roles = ", ".join(f"{esc(x['name'])} ({x['role']})" for x in view.started["models"])
     damage = damage_text(view)
     return (
         '<div class="metrics">'
-        + "".join(f'<div class="metric"><span class="value">{esc(v)}</span><span class="name">{esc(k)}</span></div>' for k, v in cards)
+        + "".join(
+            f'<div class="metric"><span class="value">{esc(v)}</span><span class="name">{esc(k)}</span></div>'
+            for k, v in cards
+        )
         + f'<div class="run-info"><b>{esc(view.label)}</b> · {roles} · {esc(state)}'
         + (f'<div class="damage-line"><b>Damage</b> · {esc(damage)}</div>' if damage else "")
         + f"<details><summary>prompt as each model sees it</summary><dl>{prompts}</dl></details></div></div>"
@@ -157,9 +175,11 @@ def metrics_html(view: RunView) -> str:
 
 def degeneration_text(measures: dict) -> str:
     """`damage.degenerate`'s verdict with the measures it looked at."""
-    facts = (f"repeated 4-grams {measures['repeated_4gram_rate']:.0%}, longest token run {measures['longest_token_run']}, "
-             f"longest line run {measures['longest_line_run']}, whitespace tokens {measures['whitespace_share']:.0%}, "
-             f"U+FFFD {measures['replacement_chars']}")
+    facts = (
+        f"repeated 4-grams {measures['repeated_4gram_rate']:.0%}, longest token run {measures['longest_token_run']}, "
+        f"longest line run {measures['longest_line_run']}, whitespace tokens {measures['whitespace_share']:.0%}, "
+        f"U+FFFD {measures['replacement_chars']}"
+    )
     return f"{'yes' if degenerate(measures) else 'none'} ({facts})"
 
 
@@ -169,8 +189,11 @@ def damage_text(view: RunView) -> str:
     if d is None:
         return ""
     kl = "—" if d["kl_mean"] is None else f"{d['kl_mean']:.3f} nats (mean of {d['kl_sampled']} measured)"
-    parts = [f"drafter {d['drafter']} non-canonical {d['non_canonical']} (max {d['non_canonical_max']})", f"KL {kl}",
-             f"OOV-like predictions {d['oov_like_predictions']}"]
+    parts = [
+        f"drafter {d['drafter']} non-canonical {d['non_canonical']} (max {d['non_canonical_max']})",
+        f"KL {kl}",
+        f"OOV-like predictions {d['oov_like_predictions']}",
+    ]
     if d["degeneration"] is not None:
         parts.append(f"degeneration: {degeneration_text(d['degeneration'])}")
     return " · ".join(parts)
@@ -192,20 +215,37 @@ def details_html(view: RunView, index: int | None) -> str:
         f'<p class="why">{esc(why(t, view))}.</p>',
     ]
     if t.draft:
-        rows = [[esc(quoted(c["text"])) + (" ◀ drafted" if c["text"] == t.draft["text"] else ""), f"{c['p']:.3f}"] for c in t.draft["top_k"]]
+        rows = [
+            [esc(quoted(c["text"])) + (" ◀ drafted" if c["text"] == t.draft["text"] else ""), f"{c['p']:.3f}"]
+            for c in t.draft["top_k"]
+        ]
         parts.append(f"<h4>drafter {esc(view.started['drafter'])}: top-{len(rows)}</h4>" + _table(["token", "p"], rows))
     if t.verify:
         rows = [
-            [esc(v["model"]), "OOV-like" if v["oov_like"] else "yes", esc(quoted(v["token"])), _fmt(v["p"], ".3f"), esc(quoted(v["argmax"])), {True: "yes", False: "no", None: "—"}[v["agrees"]]]
+            [
+                esc(v["model"]),
+                "OOV-like" if v["oov_like"] else "yes",
+                esc(quoted(v["token"])),
+                _fmt(v["p"], ".3f"),
+                esc(quoted(v["argmax"])),
+                {True: "yes", False: "no", None: "—"}[v["agrees"]],
+            ]
             for v in t.verify["verifiers"]
         ]
-        parts.append("<h4>verifiers at the boundary before it</h4>" + _table(["model", "boundary", "own token", "p", "top token", "agrees"], rows))
-        parts.append(f"<p>mean p: {_fmt(t.verify['mean_p'], '.3f')} · decision: {esc(t.verify['decision'])} ({esc(t.verify['reason'] or '')})</p>")
+        parts.append(
+            "<h4>verifiers at the boundary before it</h4>"
+            + _table(["model", "boundary", "own token", "p", "top token", "agrees"], rows)
+        )
+        parts.append(
+            f"<p>mean p: {_fmt(t.verify['mean_p'], '.3f')} · decision: {esc(t.verify['decision'])} ({esc(t.verify['reason'] or '')})</p>"
+        )
     if t.point is not None:
         point = view.points[t.point]
         names = list(point["table"][0]["per_model"]) if point["table"] else []
         rows = [
-            [esc(quoted(r["text"]))] + [f"{r['per_model'][n]:.3f}" for n in names] + [f"{r['before']:.3f}", _fmt(r["after"], ".3f")]
+            [esc(quoted(r["text"]))]
+            + [f"{r['per_model'][n]:.3f}" for n in names]
+            + [f"{r['before']:.3f}", _fmt(r["after"], ".3f")]
             for r in point["table"][:8]
         ]
         parts.append(
@@ -227,12 +267,21 @@ def _damage_table(view: RunView, t: TokenView) -> str:
     damage = view.damage_after(t.index)
     if damage is None:
         return ""
-    rows = [[esc(name), str(m["non_canonical"]), _kl_cell(m), "yes" if m["oov_like"] else "no"] for name, m in damage["models"].items()]
+    rows = [
+        [esc(name), str(m["non_canonical"]), _kl_cell(m), "yes" if m["oov_like"] else "no"]
+        for name, m in damage["models"].items()
+    ]
     steps = view.started["config"].get("damage_kl_steps")
-    note = f"KL is measured only where a context is non-canonical, at most {steps} times a run; — where it was not" if steps is not None else ""
-    return (f"<h4>damage after the commit that holds it ({damage['tokens']} tokens committed)</h4>"
-            + _table(["model", "non-canonical context tokens", "KL to the canonical context", "OOV-like here"], rows)
-            + (f'<p class="note">{esc(note)}.</p>' if note else ""))
+    note = (
+        f"KL is measured only where a context is non-canonical, at most {steps} times a run; — where it was not"
+        if steps is not None
+        else ""
+    )
+    return (
+        f"<h4>damage after the commit that holds it ({damage['tokens']} tokens committed)</h4>"
+        + _table(["model", "non-canonical context tokens", "KL to the canonical context", "OOV-like here"], rows)
+        + (f'<p class="note">{esc(note)}.</p>' if note else "")
+    )
 
 
 def run_card_html(view: RunView) -> str:

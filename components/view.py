@@ -15,7 +15,6 @@ from pathlib import Path
 from safe_engine.errors import SafeEngineError
 from safe_engine.events import EVENT_TYPES
 
-
 DAMAGE_KEYS = ("non_canonical", "non_canonical_max", "kl_mean", "kl_max", "kl_sampled")  # the drafter's, from stats
 
 
@@ -47,7 +46,9 @@ class RunView:
     events: list[dict] = field(default_factory=list)
     tokens: list[TokenView] = field(default_factory=list)
     points: list[dict] = field(default_factory=list)
-    commits: list[dict] = field(default_factory=list)  # tokens, ensembled, elapsed (s since the run started) after each commit
+    commits: list[dict] = field(
+        default_factory=list
+    )  # tokens, ensembled, elapsed (s since the run started) after each commit
     damage: list[dict] = field(default_factory=list)  # the damage events, one after each commit (none in older traces)
     started: dict | None = None
     finished: dict | None = None
@@ -57,7 +58,7 @@ class RunView:
     _ids: int = 0  # drafter ids committed so far
 
     @classmethod
-    def of(cls, events: list[dict]) -> "RunView":
+    def of(cls, events: list[dict]) -> RunView:
         view = cls()
         for event in events:
             view.add(event)
@@ -108,7 +109,9 @@ class RunView:
             )
             self._ids += len(token["ids"])
         self._pending.clear()
-        self.commits.append({"tokens": len(self.tokens), "ensembled": len(self.points), "elapsed": event.get("elapsed_s")})
+        self.commits.append(
+            {"tokens": len(self.tokens), "ensembled": len(self.points), "elapsed": event.get("elapsed_s")}
+        )
 
     # ------------------------------------------------------------------ what the page shows
     @property
@@ -160,9 +163,12 @@ class RunView:
         stats = (self.finished or {}).get("stats", {}).get("damage")
         if stats:
             own = stats["models"][drafter]
-            return {"drafter": drafter, **{k: own[k] for k in DAMAGE_KEYS},
-                    "oov_like_predictions": sum(m["oov_like_predictions"] for m in stats["models"].values()),
-                    "degeneration": stats["degeneration"]}
+            return {
+                "drafter": drafter,
+                **{k: own[k] for k in DAMAGE_KEYS},
+                "oov_like_predictions": sum(m["oov_like_predictions"] for m in stats["models"].values()),
+                "degeneration": stats["degeneration"],
+            }
         if not self.damage:
             return None
         counts = [d["models"][drafter] for d in self.damage]
@@ -192,7 +198,9 @@ class RunView:
             "replaced": sum(t.changed for t in self.tokens),
             "oov_skips": sum(len(t.oov_like_for) for t in self.tokens if t.decision == "skipped-oov"),
             "consensus_skips": sum(t.decision == "skipped-consensus" for t in self.tokens),
-            "damaged": sum(bool(t.oov_like_for) and t.decision != "skipped-oov" for t in self.tokens),  # per-token commits
+            "damaged": sum(
+                bool(t.oov_like_for) and t.decision != "skipped-oov" for t in self.tokens
+            ),  # per-token commits
             "sharpened": sum(p["sharpening"] is not None for p in self.points),
             "wall_s": wall,
             "tokens_per_s": tokens / wall if wall else None,

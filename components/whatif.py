@@ -44,7 +44,9 @@ def candidates(view: RunView, index: int) -> list[tuple[str, str]]:
     neither end the answer nor be part of a character."""
     t = view.tokens[index]
     if t.point is not None:
-        rows = [(r["text"], r["after"] if r["after"] is not None else r["before"]) for r in view.points[t.point]["table"]]
+        rows = [
+            (r["text"], r["after"] if r["after"] is not None else r["before"]) for r in view.points[t.point]["table"]
+        ]
     elif t.draft:
         rows = [(c["text"], c["p"]) for c in t.draft["top_k"]]
     else:
@@ -80,9 +82,15 @@ class WhatIf:
     def controls(self) -> None:
         with gr.Group(elem_classes="whatif"):
             self.hint = gr.HTML(HINT, elem_id="whatif-hint")
-            self.choices = gr.Radio([], label="Its top candidates (the ensemble's union, or the drafter's top-k)", visible=False,
-                                    elem_id="whatif-choices")
-            self.text = gr.Textbox(label="Text to commit instead (a candidate fills it in)", lines=1, elem_id="whatif-text")
+            self.choices = gr.Radio(
+                [],
+                label="Its top candidates (the ensemble's union, or the drafter's top-k)",
+                visible=False,
+                elem_id="whatif-choices",
+            )
+            self.text = gr.Textbox(
+                label="Text to commit instead (a candidate fills it in)", lines=1, elem_id="whatif-text"
+            )
             with gr.Row():
                 self.run = gr.Button("Commit this instead", variant="primary", elem_id="whatif-run")
                 self.stop = gr.Button("Stop branch", variant="stop", elem_id="whatif-stop")
@@ -96,31 +104,62 @@ class WhatIf:
 
     def wire(self, original: RunPanel) -> None:
         self.original = original
-        original.transcript.pin(self.on_pin, [original.view], [self.hint, self.choices, self.text, self.index], api_visibility="private")
+        original.transcript.pin(
+            self.on_pin, [original.view], [self.hint, self.choices, self.text, self.index], api_visibility="private"
+        )
         self.choices.input(lambda text: text, [self.choices], [self.text], api_visibility="private")
-        self.run.click(self.branch, [self.origin, original.view, self.index, self.text],
-                       [self.status, self.damage, self.download, *self.panel.outputs, original.view, original.transcript],
-                       concurrency_id="models", concurrency_limit=1, api_visibility="private")
+        self.run.click(
+            self.branch,
+            [self.origin, original.view, self.index, self.text],
+            [self.status, self.damage, self.download, *self.panel.outputs, original.view, original.transcript],
+            concurrency_id="models",
+            concurrency_limit=1,
+            api_visibility="private",
+        )
         self.stop.click(stopper(self.stops), None, None, queue=False, api_visibility="private")
 
     @property
     def reset_outputs(self) -> list:
-        return [self.origin, self.index, self.hint, self.choices, self.text, self.status, self.damage, self.download, *self.panel.outputs]
+        return [
+            self.origin,
+            self.index,
+            self.hint,
+            self.choices,
+            self.text,
+            self.status,
+            self.damage,
+            self.download,
+            *self.panel.outputs,
+        ]
 
     def reset(self, origin: Origin) -> dict:
         """A new Live run: remember how it was made; the old branch and pin no longer apply."""
-        return {self.origin: origin, self.index: None, self.hint: HINT, self.choices: gr.Radio(choices=[], value=None, visible=False),
-                self.text: "", self.status: status_html(IDLE), self.damage: charts.damage([]),
-                self.download: gr.DownloadButton(value=None, interactive=False)} | self.panel.fresh(RunView())
+        return {
+            self.origin: origin,
+            self.index: None,
+            self.hint: HINT,
+            self.choices: gr.Radio(choices=[], value=None, visible=False),
+            self.text: "",
+            self.status: status_html(IDLE),
+            self.damage: charts.damage([]),
+            self.download: gr.DownloadButton(value=None, interactive=False),
+        } | self.panel.fresh(RunView())
 
     def offer(self, view: RunView, index: int | None) -> dict:
         """The controls for branching at token `index` of `view` (nothing to offer before the run finished)."""
         if view.finished is None or index is None or not 0 <= index < len(view.tokens):
             return {self.hint: HINT, self.choices: gr.Radio(choices=[], value=None, visible=False), self.index: None}
         t, options = view.tokens[index], candidates(view, index)
-        hint = (f"<b>What-if at token #{index}</b> {esc(quoted(t.text))}: pick one of its candidates or type a text, then "
-                "press Commit this instead. The run goes on from there with the same models and settings.")
-        return {self.hint: hint, self.choices: gr.Radio(choices=options, value=None, visible=bool(options)), self.text: "", self.index: index}
+        hint = (
+            f"<b>What-if at token #{index}</b> {esc(quoted(t.text))}: pick one of its candidates or type a text, then "
+            "press Commit this instead. The run goes on from there with the same models and settings."
+        )
+        return {
+            self.hint: hint,
+            self.choices: gr.Radio(choices=options, value=None, visible=bool(options)),
+            self.text: "",
+            self.index: index,
+        }
 
     def on_pin(self, view: RunView, evt: gr.EventData) -> dict:
         return self.offer(view, int(evt.idx))
@@ -128,7 +167,9 @@ class WhatIf:
     def branch(self, request: gr.Request, origin: Origin | None, original: RunView, index: int | None, text: str):
         try:
             if origin is None or original.finished is None:
-                raise ConfigError("there is no finished run to branch from: run a prompt and let it finish (or stop it)")
+                raise ConfigError(
+                    "there is no finished run to branch from: run a prompt and let it finish (or stop it)"
+                )
             if index is None or not 0 <= index < len(original.tokens):
                 raise ConfigError("pin a token of the finished run first (click it)")
             config = branch_config(origin, original, index, text or "")
@@ -148,9 +189,16 @@ class WhatIf:
         view, clock, frames = RunView(), Throttle(), Throttle(FRAME_INTERVAL_S)
         original.diverge = None
         doing = f"What-if: {quoted(text)} at token #{index} instead of {quoted(original.tokens[index].text)}"
-        yield ({self.status: status_html(f"{doing}; the run goes on with the same models and settings…", "busy"),
-                self.damage: charts.damage([]), self.download: gr.DownloadButton(value=None, interactive=False),
-                self.original.view: original, self.original.transcript: transcript_html(original)} | self.panel.fresh(view))
+        yield (
+            {
+                self.status: status_html(f"{doing}; the run goes on with the same models and settings…", "busy"),
+                self.damage: charts.damage([]),
+                self.download: gr.DownloadButton(value=None, interactive=False),
+                self.original.view: original,
+                self.original.transcript: transcript_html(original),
+            }
+            | self.panel.fresh(view)
+        )
         try:
             for event in events:
                 view.add(event.to_dict())
@@ -158,7 +206,9 @@ class WhatIf:
                     yield self._progress(original, view, clock.due())
             outcome = status_html(f"{doing}: {_outcome(view)}")
         except Exception as exc:  # keep both runs as far as they got
-            outcome = status_html(f"The branch broke off: {user_message(exc)}. Both transcripts so far are kept.", "error")
+            outcome = status_html(
+                f"The branch broke off: {user_message(exc)}. Both transcripts so far are kept.", "error"
+            )
         finally:
             self.stops.disarm(request.session_hash, flag)
         trace = gr.DownloadButton(value=save_trace(view.events, "what-if-trace"), interactive=True)

@@ -7,7 +7,19 @@ from .errors import ConfigError, ModelLoadError, ModelSpecError, SafeEngineError
 from .models import DEFAULT_MODELS, LoadedModel, LoadOptions, load_model, load_tokenizer
 
 __all__ = [
-    "DEFAULT_MODELS", "ConfigError", "DecodeConfig", "EnsembleConfig", "LoadOptions", "LoadedModel", "ModelLoadError",
-    "ModelSpecError", "SafeEngineError", "decode", "load_model", "load_models", "load_tokenizer", "run_comparison",
+    "DEFAULT_MODELS",
+    "ConfigError",
+    "DecodeConfig",
+    "EnsembleConfig",
+    "LoadOptions",
+    "LoadedModel",
+    "ModelLoadError",
+    "ModelSpecError",
+    "SafeEngineError",
+    "decode",
+    "load_model",
+    "load_models",
+    "load_tokenizer",
+    "run_comparison",
     "summarize",
 ]

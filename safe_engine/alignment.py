@@ -12,9 +12,9 @@ from __future__ import annotations
 import bisect
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Sequence
 
 EOS_KEY = "<eos>"
 """Union key shared by every model's end-of-sequence tokens, so models can agree to stop."""
@@ -357,7 +357,7 @@ class CharIndex:
         self._char_starts = starts
 
     @classmethod
-    def of_bytes(cls, raw: bytes) -> "CharIndex":
+    def of_bytes(cls, raw: bytes) -> CharIndex:
         """Index of bytes that may hold ill-formed UTF-8: each ill-formed piece is one U+FFFD character."""
         index = cls(raw.decode("utf-8", errors="replace"))
         starts = []

@@ -6,7 +6,7 @@ import argparse
 import contextlib
 import json
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from tqdm import tqdm
 
@@ -19,13 +19,16 @@ from .events import TextCommitted, write_jsonl
 from .models import DEFAULT_MODELS, LoadOptions, resolve_spec
 from .tokdiff import corpus_scan, load_vocabs, pair_view, visible, word_agreement
 
-
 DEFAULTS, ENSEMBLE = DecodeConfig(), EnsembleConfig()
-SAFE_MODE_HELP = ("exact: the paper's loop, one ensemble per round and the rest of the draft dropped; fast: keep scanning "
-                  "a draft the ensemble confirmed (about 1 % faster here; later positions see less lookahead text, so "
-                  "outputs can differ: 0 of 20 benchmark prompts did, 3 of 60 random tiny-model pairs)")
-PER_TOKEN_COMMIT_HELP = ("first-subtoken: the drafter appends only its first sub-token of the ensemble's string, as UniTE "
-                         "does; full: its whole spelling (a gentler baseline)")
+SAFE_MODE_HELP = (
+    "exact: the paper's loop, one ensemble per round and the rest of the draft dropped; fast: keep scanning "
+    "a draft the ensemble confirmed (about 1 % faster here; later positions see less lookahead text, so "
+    "outputs can differ: 0 of 20 benchmark prompts did, 3 of 60 random tiny-model pairs)"
+)
+PER_TOKEN_COMMIT_HELP = (
+    "first-subtoken: the drafter appends only its first sub-token of the ensemble's string, as UniTE "
+    "does; full: its whole spelling (a gentler baseline)"
+)
 
 
 class UsageError(SafeEngineError):
@@ -48,8 +51,13 @@ class _Parser(argparse.ArgumentParser):
 def _decoding_options(parser: argparse.ArgumentParser, with_strategy: bool, one_prompt: bool = True) -> None:
     if one_prompt:
         parser.add_argument("--prompt", required=True, help="the user prompt")
-    parser.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS), metavar="SPEC",
-                        help="embedded:NAME, a local folder, a .gguf file or a hub id (default: the embedded pair)")
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        default=list(DEFAULT_MODELS),
+        metavar="SPEC",
+        help="embedded:NAME, a local folder, a .gguf file or a hub id (default: the embedded pair)",
+    )
     parser.add_argument("--drafter", metavar="SPEC", help="which of --models drafts (default: the first)")
     if with_strategy:
         parser.add_argument("--strategy", choices=STRATEGIES, default="safe")
@@ -57,32 +65,65 @@ def _decoding_options(parser: argparse.ArgumentParser, with_strategy: bool, one_
     parser.add_argument("--lookahead", type=int, default=DEFAULTS.lookahead, help="drafted tokens per SAFE round (n)")
     parser.add_argument("--top-k", type=int, default=ENSEMBLE.top_k, help="each model's candidates in the union")
     parser.add_argument("--ensemble-method", choices=METHODS, default=ENSEMBLE.method)
-    parser.add_argument("--gate", action=argparse.BooleanOptionalAction, default=None,
-                        help="ensemble only where the drafter's top p < 0.5 (default: on for gac, as the paper runs GaC)")
+    parser.add_argument(
+        "--gate",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="ensemble only where the drafter's top p < 0.5 (default: on for gac, as the paper runs GaC)",
+    )
     parser.add_argument("--sharpen", choices=SHARPENING, default=ENSEMBLE.sharpen)
     parser.add_argument("--sharpen-lambda", type=float, default=ENSEMBLE.sharpen_lambda)
     parser.add_argument("--weights", type=float, nargs="+", metavar="W", help="one weight per model, in --models order")
     parser.add_argument("--safe-mode", choices=SAFE_MODES, default=DEFAULTS.safe_mode, help=SAFE_MODE_HELP)
-    parser.add_argument("--per-token-commit", choices=PER_TOKEN_COMMITS, default=DEFAULTS.per_token_commit,
-                        help=PER_TOKEN_COMMIT_HELP)
-    parser.add_argument("--temperature", type=float, default=DEFAULTS.temperature, help="0: greedy (the paper's setting)")
-    parser.add_argument("--top-p", type=float, default=DEFAULTS.top_p, help="nucleus sampling mass (with --temperature)")
+    parser.add_argument(
+        "--per-token-commit", choices=PER_TOKEN_COMMITS, default=DEFAULTS.per_token_commit, help=PER_TOKEN_COMMIT_HELP
+    )
+    parser.add_argument(
+        "--temperature", type=float, default=DEFAULTS.temperature, help="0: greedy (the paper's setting)"
+    )
+    parser.add_argument(
+        "--top-p", type=float, default=DEFAULTS.top_p, help="nucleus sampling mass (with --temperature)"
+    )
     parser.add_argument("--seed", type=int, help="sampling seed (default: a fresh one, reported in the output)")
-    parser.add_argument("--stop", action="append", default=[], metavar="TEXT",
-                        help="end the run at this text (repeatable; not inside the response's leading whitespace)")
-    parser.add_argument("--draft-gate", type=float, default=DEFAULTS.draft_gate, metavar="TAU",
-                        help="SAFE: end a draft right after a token the drafter gives p < TAU (default %(default)s; 0: the paper's full drafts; see README)")
-    parser.add_argument("--cpu-int8", action="store_true",
-                        help="int8 weights on the CPU (about 5× as fast here, a third less accurate on the README's benchmark)")
-    parser.add_argument("--damage-kl-steps", type=int, default=DEFAULTS.damage_kl_steps, metavar="N",
-                        help="measure the conditioning-damage KL at most N times (one extra forward pass each; 0: off)")
+    parser.add_argument(
+        "--stop",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="end the run at this text (repeatable; not inside the response's leading whitespace)",
+    )
+    parser.add_argument(
+        "--draft-gate",
+        type=float,
+        default=DEFAULTS.draft_gate,
+        metavar="TAU",
+        help="SAFE: end a draft right after a token the drafter gives p < TAU (default %(default)s; 0: the paper's full drafts; see README)",
+    )
+    parser.add_argument(
+        "--cpu-int8",
+        action="store_true",
+        help="int8 weights on the CPU (about 5× as fast here, a third less accurate on the README's benchmark)",
+    )
+    parser.add_argument(
+        "--damage-kl-steps",
+        type=int,
+        default=DEFAULTS.damage_kl_steps,
+        metavar="N",
+        help="measure the conditioning-damage KL at most N times (one extra forward pass each; 0: off)",
+    )
     parser.add_argument("--device", default="auto", help="auto (cuda, mps, cpu), cpu, cuda, cuda:1, mps")
     parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16"])
     parser.add_argument("--trust-remote-code", action="store_true", help="allow model code from the model folder")
     parser.add_argument("--no-chat-template", action="store_true", help="plain-text prompts for every model")
     if one_prompt:
-        parser.add_argument("--force", action="append", type=_forced, default=[], metavar="INDEX:TEXT",
-                            help="what-if: commit TEXT as token INDEX (0-based) instead of what the strategy picks; repeatable")
+        parser.add_argument(
+            "--force",
+            action="append",
+            type=_forced,
+            default=[],
+            metavar="INDEX:TEXT",
+            help="what-if: commit TEXT as token INDEX (0-based) instead of what the strategy picks; repeatable",
+        )
         parser.add_argument("--json", action="store_true", help="print one JSON result on stdout")
 
 
@@ -96,22 +137,43 @@ def build_parser() -> argparse.ArgumentParser:
     _decoding_options(cmp_, with_strategy=False)
     cmp_.add_argument("--trace", metavar="FILE.jsonl", help="write every run's events, one after the other")
     bench = sub.add_parser("bench", help="accuracy, E/T and speed of each strategy on task files")
-    bench.add_argument("--tasks", nargs="+", required=True, metavar="FILE|NAME",
-                       help=f"JSONL task files or shipped sets: {', '.join(builtin_tasks())}")
-    bench.add_argument("--strategies", default=",".join(DEFAULT_STRATEGIES),
-                       help="comma-separated: single (the drafter alone), singles, single:NAME, per-token, safe")
-    bench.add_argument("--style", choices=STYLES, default="direct",
-                       help="direct: answer only, its first line is scored; cot: step-by-step reasoning")
+    bench.add_argument(
+        "--tasks",
+        nargs="+",
+        required=True,
+        metavar="FILE|NAME",
+        help=f"JSONL task files or shipped sets: {', '.join(builtin_tasks())}",
+    )
+    bench.add_argument(
+        "--strategies",
+        default=",".join(DEFAULT_STRATEGIES),
+        help="comma-separated: single (the drafter alone), singles, single:NAME, per-token, safe",
+    )
+    bench.add_argument(
+        "--style",
+        choices=STYLES,
+        default="direct",
+        help="direct: answer only, its first line is scored; cot: step-by-step reasoning",
+    )
     bench.add_argument("--limit", type=int, metavar="N", help="only the first N examples of each task")
-    bench.add_argument("--out", default="out/bench", metavar="DIR",
-                       help="writes results.jsonl, summary.csv, report.html; rerunning resumes")
+    bench.add_argument(
+        "--out",
+        default="out/bench",
+        metavar="DIR",
+        help="writes results.jsonl, summary.csv, report.html; rerunning resumes",
+    )
     _decoding_options(bench, with_strategy=False, one_prompt=False)
     tok = sub.add_parser("tokdiff", help="where the models' tokenizers disagree on a text (no weights loaded)")
     source = tok.add_mutually_exclusive_group(required=True)
     source.add_argument("--text", help="the text to compare")
     source.add_argument("--file", metavar="PATH", help="a UTF-8 text file to compare")
-    tok.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS), metavar="SPEC",
-                     help="two or more specs (default: the embedded pair)")
+    tok.add_argument(
+        "--models",
+        nargs="+",
+        default=list(DEFAULT_MODELS),
+        metavar="SPEC",
+        help="two or more specs (default: the embedded pair)",
+    )
     tok.add_argument("--json", action="store_true", help="print one JSON result on stdout")
     return parser
 
@@ -138,10 +200,19 @@ def _config(args, strategy: str) -> DecodeConfig:
         gate=args.gate,
     )
     config = DecodeConfig(
-        strategy=strategy, max_new_tokens=args.max_new_tokens, lookahead=args.lookahead, drafter=drafter,
-        safe_mode=args.safe_mode, per_token_commit=args.per_token_commit, ensemble=ensemble,
-        temperature=args.temperature, top_p=args.top_p, seed=args.seed,
-        force=tuple(getattr(args, "force", [])), damage_kl_steps=args.damage_kl_steps, stop=tuple(args.stop),
+        strategy=strategy,
+        max_new_tokens=args.max_new_tokens,
+        lookahead=args.lookahead,
+        drafter=drafter,
+        safe_mode=args.safe_mode,
+        per_token_commit=args.per_token_commit,
+        ensemble=ensemble,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        seed=args.seed,
+        force=tuple(getattr(args, "force", [])),
+        damage_kl_steps=args.damage_kl_steps,
+        stop=tuple(args.stop),
         draft_gate=args.draft_gate,
     )
     config.validate(len(specs))
@@ -153,7 +224,9 @@ def _progress(message: str) -> None:
 
 
 def _load(args):
-    options = LoadOptions(args.device, args.dtype, args.trust_remote_code, not args.no_chat_template, cpu_int8=args.cpu_int8)
+    options = LoadOptions(
+        args.device, args.dtype, args.trust_remote_code, not args.no_chat_template, cpu_int8=args.cpu_int8
+    )
     return load_models(args.models, options, _progress)
 
 
@@ -171,7 +244,11 @@ def _generate(args) -> int:
                 print(event.delta, end="", flush=True)
     summary = summarize(collected)
     if args.json:
-        print(json.dumps({k: v for k, v in summary.items() if k != "stats"} | {"stats": summary["stats"]}, ensure_ascii=False))
+        print(
+            json.dumps(
+                {k: v for k, v in summary.items() if k != "stats"} | {"stats": summary["stats"]}, ensure_ascii=False
+            )
+        )
     else:
         print()
         print(_summary_line(summary), file=sys.stderr)

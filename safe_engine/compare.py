@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
-from typing import Callable, Iterator, Sequence
 
 from .decoding import DecodeConfig, decode
 from .events import Event, RunFinished, RunStarted
 from .models import LoadedModel, LoadOptions, load_model
 from .runtime import ModelSession
 
-
 _LOADED: dict[tuple[str, LoadOptions], LoadedModel] = {}
 WARM_UP_PROMPT = "a"  # one letter: every tokenizer that can decode anything spells it
 
 
-def load_models(specs: Sequence[str], options: LoadOptions = LoadOptions(), progress: Callable[[str], None] | None = None) -> list[LoadedModel]:
+def load_models(
+    specs: Sequence[str], options: LoadOptions = LoadOptions(), progress: Callable[[str], None] | None = None
+) -> list[LoadedModel]:
     """Load each spec once per process; later calls (another run, another UI session) reuse it."""
     for spec in specs:
         if (spec, options) not in _LOADED:
@@ -67,15 +68,26 @@ def summarize(events: Sequence[Event], label: str | None = None) -> dict:
     }
 
 
-def comparison_plan(models: Sequence[LoadedModel], config: DecodeConfig) -> list[tuple[str, Sequence[LoadedModel], DecodeConfig]]:
+def comparison_plan(
+    models: Sequence[LoadedModel], config: DecodeConfig
+) -> list[tuple[str, Sequence[LoadedModel], DecodeConfig]]:
     """Each single model, then per-token and SAFE with the configured drafter: (label, models, config)."""
-    plan = [(f"single:{lm.name}", [lm], replace(config, strategy="single", drafter=0, ensemble=replace(config.ensemble, weights=None))) for lm in models]
+    plan = [
+        (
+            f"single:{lm.name}",
+            [lm],
+            replace(config, strategy="single", drafter=0, ensemble=replace(config.ensemble, weights=None)),
+        )
+        for lm in models
+    ]
     plan.append(("per-token", models, replace(config, strategy="per-token")))
     plan.append(("safe", models, replace(config, strategy="safe")))
     return plan
 
 
-def run_comparison(models: Sequence[LoadedModel], prompt: str, config: DecodeConfig, stop: threading.Event | None = None) -> Iterator[tuple[str, Event]]:
+def run_comparison(
+    models: Sequence[LoadedModel], prompt: str, config: DecodeConfig, stop: threading.Event | None = None
+) -> Iterator[tuple[str, Event]]:
     """Events of every run in the plan, each tagged with its label, in order."""
     for label, run_models, run_config in comparison_plan(models, config):
         for event in decode(run_models, prompt, run_config, stop):

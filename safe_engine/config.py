@@ -26,7 +26,9 @@ class DecodeConfig:
     temperature: float = 0.0  # 0: greedy
     top_p: float = 1.0
     seed: int | None = None  # None: a fresh seed, reported in RunStarted.config
-    draft_gate: float = 0.3  # SAFE: end a round's draft right after a token the drafter gave p < this (0: the paper's full drafts)
+    draft_gate: float = (
+        0.3  # SAFE: end a round's draft right after a token the drafter gave p < this (0: the paper's full drafts)
+    )
     stop: tuple[str, ...] = ()  # the run ends at the first of these strings after the response's leading whitespace
     force: tuple[tuple[int, str], ...] = ()  # (committed-token index, text committed there instead): what-if branches
     damage_kl_steps: int = 16  # conditioning-damage KL measured at most this often (one extra forward each)
@@ -38,7 +40,10 @@ class DecodeConfig:
             (1 <= self.max_new_tokens <= MAX_NEW_TOKENS, f"max new tokens must be 1..{MAX_NEW_TOKENS}"),
             (1 <= self.lookahead <= 64, "lookahead must be 1..64"),
             (self.safe_mode in SAFE_MODES, f"safe mode must be one of {', '.join(SAFE_MODES)}"),
-            (self.per_token_commit in PER_TOKEN_COMMITS, f"per-token commit must be one of {', '.join(PER_TOKEN_COMMITS)}"),
+            (
+                self.per_token_commit in PER_TOKEN_COMMITS,
+                f"per-token commit must be one of {', '.join(PER_TOKEN_COMMITS)}",
+            ),
             (ens.method in METHODS, f"ensemble method must be one of {', '.join(METHODS)}"),
             (ens.sharpen in SHARPENING, f"sharpening must be one of {', '.join(SHARPENING)}"),
             (1 <= ens.top_k <= 1000, "top-k must be 1..1000"),
@@ -53,7 +58,10 @@ class DecodeConfig:
             (0 <= self.damage_kl_steps <= MAX_NEW_TOKENS, f"damage KL steps must be 0..{MAX_NEW_TOKENS}"),
             (0 <= self.draft_gate < 1, "the draft gate must be in [0, 1)"),
             (all(self.stop), "a stop sequence cannot be empty"),
-            (all(0 <= i < self.max_new_tokens for i, _ in self.force), "a forced token's index must be below max new tokens"),
+            (
+                all(0 <= i < self.max_new_tokens for i, _ in self.force),
+                "a forced token's index must be below max new tokens",
+            ),
             (all(text for _, text in self.force), "a forced token needs a text"),
             (len({i for i, _ in self.force}) == len(self.force), "force each token index at most once"),
         ]

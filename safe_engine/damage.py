@@ -16,9 +16,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import groupby
-from typing import Sequence
 
 import torch
 
@@ -62,8 +62,12 @@ def degeneration(text: str, tokens: Sequence[str]) -> dict:
 
 def degenerate(measures: dict) -> bool:
     """The line the collapse search draws: a long repeat, a repeated line, or mostly repeated text."""
-    return (measures["longest_token_run"] >= 8 or measures["longest_line_run"] >= 4
-            or measures["repeated_4gram_rate"] >= 0.5 or measures["whitespace_share"] >= 0.3)
+    return (
+        measures["longest_token_run"] >= 8
+        or measures["longest_line_run"] >= 4
+        or measures["repeated_4gram_rate"] >= 0.5
+        or measures["whitespace_share"] >= 0.3
+    )
 
 
 @dataclass
@@ -134,4 +138,7 @@ class DamageMeter:
             self.models[name].oov_like_predictions += 1
 
     def summary(self, text: str, tokens: Sequence[str]) -> dict:
-        return {"models": {name: m.summary() for name, m in self.models.items()}, "degeneration": degeneration(text, tokens)}
+        return {
+            "models": {name: m.summary() for name, m in self.models.items()},
+            "degeneration": degeneration(text, tokens),
+        }

@@ -10,23 +10,33 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Sequence
 
 import torch
 
 from .alignment import EOS_KEY, CharIndex, Tokenization, complete_utf8_prefix, display_piece, tokenize
-from .damage import DamageMeter
 from .config import TOP_K_SHOWN, DecodeConfig
+from .damage import DamageMeter
 from .ensemble import EnsembleResult, Key, ModelView, ensemble, first_subtoken
 from .errors import ConfigError
 from .events import (
-    Candidate, CommittedToken, DamageMeasured, DraftToken, EnsemblePoint, RunFinished, RunStarted, TextCommitted, TokensDrafted, UnionRow,
+    Candidate,
+    CommittedToken,
+    DamageMeasured,
+    DraftToken,
+    EnsemblePoint,
+    RunFinished,
+    RunStarted,
+    TextCommitted,
+    TokensDrafted,
+    UnionRow,
 )
 from .models import LoadedModel
 from .runtime import ModelSession
 from .sampling import Sampler, fresh_seed
 from .stats import RunStats
+
 
 @dataclass
 class Participant:
@@ -138,7 +148,9 @@ class Decoder:
         if config.strategy == "single":
             order = order[:1]
         self.parts = [
-            Participant(names[i], models[i], ModelSession(models[i]), models[i].encode_prompt(prompt), weights[i] / sum(weights))
+            Participant(
+                names[i], models[i], ModelSession(models[i]), models[i].encode_prompt(prompt), weights[i] / sum(weights)
+            )
             for i in order
         ]
         for part in self.parts:
@@ -176,7 +188,12 @@ class Decoder:
             strategy=self.config.strategy,
             drafter=self.drafter.name,
             models=[
-                {**p.lm.describe(), "name": p.name, "role": "drafter" if p is self.drafter else "verifier", "weight": p.weight}
+                {
+                    **p.lm.describe(),
+                    "name": p.name,
+                    "role": "drafter" if p is self.drafter else "verifier",
+                    "weight": p.weight,
+                }
                 for p in self.parts
             ],
             prompts={p.name: p.lm.format_prompt(self.prompt) for p in self.parts},
@@ -198,7 +215,9 @@ class Decoder:
         return self.ended
 
     def finished_event(self) -> RunFinished:
-        self.stats.wall_s = time.perf_counter() - self.started - self.stats.time_split["damage"]  # decoding, not measuring
+        self.stats.wall_s = (
+            time.perf_counter() - self.started - self.stats.time_split["damage"]
+        )  # decoding, not measuring
         self.stats.forward = {p.name: asdict(p.session.stats) for p in self.parts}
         text = self.response.text if self.stop_end is None else text_and_index(self.response.raw[: self.stop_end])[0]
         self.stats.damage = self.damage.summary(text, self.committed_texts)
@@ -212,7 +231,9 @@ class Decoder:
         oov_like = {name for t in self._last_commit.tokens if t.decision != "skipped-oov" for name in t.oov_like_for}
         self.damage.count_oov_like(oov_like)
         models = self.damage.measure(self)
-        return DamageMeasured(self.round, self.stats.tokens, {name: m | {"oov_like": name in oov_like} for name, m in models.items()})
+        return DamageMeasured(
+            self.round, self.stats.tokens, {name: m | {"oov_like": name in oov_like} for name, m in models.items()}
+        )
 
     # ---------------------------------------------------------------- what-if: forced commits
     def _spell_forced(self, text: str) -> list[int]:
@@ -264,7 +285,14 @@ class Decoder:
         lm = self.drafter.lm
         index = index or text_and_index(self.response.extended(draft.ids))[1]
         tokens = [
-            DraftToken(token_id, key_text(lm.key_of(token_id)), index.char_of_byte(s), index.char_of_byte(e), row[token_id].item(), _top(row, lm))
+            DraftToken(
+                token_id,
+                key_text(lm.key_of(token_id)),
+                index.char_of_byte(s),
+                index.char_of_byte(e),
+                row[token_id].item(),
+                _top(row, lm),
+            )
             for token_id, row, (s, e) in zip(draft.ids, draft.probs, lm.vocab.spans(draft.ids, len(self.response.raw)))
         ]
         return TokensDrafted(self.round, self.drafter.name, tokens)
@@ -284,7 +312,9 @@ class Decoder:
         return self._tokenized[1]
 
     # ---------------------------------------------------------------- ensembling
-    def ensemble_at(self, position: int, views: list[ModelView], own: int, drafted: str | None, spelling: str = "full") -> tuple[list[int], EnsemblePoint]:
+    def ensemble_at(
+        self, position: int, views: list[ModelView], own: int, drafted: str | None, spelling: str = "full"
+    ) -> tuple[list[int], EnsemblePoint]:
         """Ensemble where the drafter would emit `own`; the drafter's ids for the choice and the event.
 
         `spelling`: "full" appends the drafter's whole spelling of the chosen string; "first-subtoken"
@@ -374,14 +404,22 @@ class Decoder:
         _, index = text_and_index(self.response.raw)
         tokens = []
         for (ids, info), (s, e) in zip(pieces, spans):
-            text = key_text(self.drafter.lm.key_of(ids[0])) if len(ids) == 1 else display_piece(self.drafter.lm.vocab.join(ids))
-            tokens.append(CommittedToken(text=text, start=index.char_of_byte(s), end=index.char_of_byte(e), ids=list(ids), **info))
+            text = (
+                key_text(self.drafter.lm.key_of(ids[0]))
+                if len(ids) == 1
+                else display_piece(self.drafter.lm.vocab.join(ids))
+            )
+            tokens.append(
+                CommittedToken(text=text, start=index.char_of_byte(s), end=index.char_of_byte(e), ids=list(ids), **info)
+            )
             self.committed_texts.append(text)
             if any(i in self.drafter.lm.eos_ids for i in ids):
                 self.stop_reason = "eos"
         self.stats.tokens += len(pieces)
         self.drafter.forget_before(len(self.response.ids))
-        self._last_commit = TextCommitted(self.round, self.response.take_delta(), tokens, time.perf_counter() - self.started)
+        self._last_commit = TextCommitted(
+            self.round, self.response.take_delta(), tokens, time.perf_counter() - self.started
+        )
         return self._last_commit
 
     def _stopped_at(self, piece_start: int) -> bool:

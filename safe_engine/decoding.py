@@ -11,7 +11,7 @@ Every strategy decodes greedily, or samples with a temperature, top-p and seed (
 from __future__ import annotations
 
 import threading
-from typing import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from .config import MAX_NEW_TOKENS, PER_TOKEN_COMMITS, SAFE_MODES, STRATEGIES, DecodeConfig
 from .decoder import Decoder
@@ -40,7 +40,11 @@ def single_round(run: Decoder) -> Iterator[Event]:
     yield event
 
 
-STEPS: dict[str, Callable[[Decoder], Iterator[Event]]] = {"single": single_round, "per-token": per_token_step, "safe": safe_round}
+STEPS: dict[str, Callable[[Decoder], Iterator[Event]]] = {
+    "single": single_round,
+    "per-token": per_token_step,
+    "safe": safe_round,
+}
 assert tuple(STEPS) == STRATEGIES
 
 
@@ -57,7 +61,12 @@ def _events(run: Decoder) -> Iterator[Event]:
     yield run.finished_event()
 
 
-def decode(models: Sequence[LoadedModel], prompt: str, config: DecodeConfig = DecodeConfig(), stop: threading.Event | None = None) -> Iterator[Event]:
+def decode(
+    models: Sequence[LoadedModel],
+    prompt: str,
+    config: DecodeConfig = DecodeConfig(),
+    stop: threading.Event | None = None,
+) -> Iterator[Event]:
     """Run one strategy; yields events as they happen. Raises SafeEngineError subclasses on bad input
     (checked here, before the first event)."""
     return _events(Decoder(models, prompt, config, stop))

@@ -7,8 +7,8 @@ ensemble before sharpening and, when sharpening ran, after it — the UI shows a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 
@@ -136,8 +136,7 @@ def _vocab_union(lms: tuple[LoadedModel, ...]) -> tuple[list[Key], list[torch.Te
     if cache_key not in _UNIONS:
         index: dict[Key, int] = {}
         targets = [
-            torch.tensor([index.setdefault(lm.key_of(i), len(index)) for i in range(len(lm.vocab))])
-            for lm in lms
+            torch.tensor([index.setdefault(lm.key_of(i), len(index)) for i in range(len(lm.vocab))]) for lm in lms
         ]
         _UNIONS[cache_key] = (lms, list(index), targets)
     _, keys, targets = _UNIONS[cache_key]

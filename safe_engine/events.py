@@ -23,8 +23,9 @@ finishes a character it started (no other model has a position there).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar, Iterable, Iterator
+from typing import Any, ClassVar
 
 DECISIONS = ("accepted", "skipped-oov", "skipped-consensus", "ensembled", "forced")
 
@@ -70,7 +71,9 @@ class CommittedToken:
     end: int
     ids: list[int]
     decision: str
-    drafted: str | None = None  # the drafted token an ensemble replaced (forced: what the strategy would have committed)
+    drafted: str | None = (
+        None  # the drafted token an ensemble replaced (forced: what the strategy would have committed)
+    )
     reason: str | None = None
     sharpened: bool = False
     oov_like_for: list[str] = field(default_factory=list)  # models for which ensembling here was OOV-like
@@ -165,7 +168,10 @@ class RunFinished(Event):
     stats: dict  # RunStats.to_dict(), with "damage": {"models": {name: ...}, "degeneration": {...}} (damage.py)
 
 
-EVENT_TYPES = {cls.kind: cls for cls in (RunStarted, TokensDrafted, PositionVerified, EnsemblePoint, TextCommitted, DamageMeasured, RunFinished)}
+EVENT_TYPES = {
+    cls.kind: cls
+    for cls in (RunStarted, TokensDrafted, PositionVerified, EnsemblePoint, TextCommitted, DamageMeasured, RunFinished)
+}
 
 
 def write_jsonl(events: Iterable[Event], handle) -> Iterator[Event]:

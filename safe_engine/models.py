@@ -205,7 +205,9 @@ def load_model(spec: str, options: LoadOptions = LoadOptions(), progress: Progre
         )
     device = pick_device(options.device)
     if options.cpu_int8 and device != "cpu":
-        raise ModelLoadError(f"int8 weights run on the CPU only, and {spec} would load on {device}: add --device cpu or drop --cpu-int8")
+        raise ModelLoadError(
+            f"int8 weights run on the CPU only, and {spec} would load on {device}: add --device cpu or drop --cpu-int8"
+        )
     dtype = torch.float32 if options.cpu_int8 else pick_dtype(device, options.dtype)
     source, extra = _source(resolved, progress)
     kwargs = dict(trust_remote_code=options.trust_remote_code, local_files_only=_offline(), **extra)

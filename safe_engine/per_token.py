@@ -12,7 +12,7 @@ the text), and under GaC's gate the drafter keeps its own token where its top p 
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 
@@ -39,7 +39,9 @@ def per_token_step(run: Decoder) -> Iterator[Event]:
         run.stats.consensus_skips["gate"] += 1
         piece = ([own], {"decision": "skipped-consensus", "reason": rules.GATE})
     else:
-        ids, point = run.ensemble_at(len(run.response.ids), views, int(torch.argmax(drafter_probs)), None, run.config.per_token_commit)
+        ids, point = run.ensemble_at(
+            len(run.response.ids), views, int(torch.argmax(drafter_probs)), None, run.config.per_token_commit
+        )
         yield point
         reason = rules.RESAMPLED if point.sampled else rules.NO_CONSENSUS
         piece = (ids, {"decision": "ensembled", "reason": reason, "sharpened": point.sharpening is not None})
@@ -60,6 +62,15 @@ def _finish_character(run: Decoder) -> Iterator[Event]:
     for v in run.verifiers:
         run.stats.oov_skips[v.name] += 1
     run.stats.accepted_drafts += 1
-    piece, _ = run.override(run.stats.tokens, (draft.ids, {"decision": "skipped-oov", "reason": rules.INSIDE_CHARACTER,
-                                                        "oov_like_for": [v.name for v in run.verifiers]}))
+    piece, _ = run.override(
+        run.stats.tokens,
+        (
+            draft.ids,
+            {
+                "decision": "skipped-oov",
+                "reason": rules.INSIDE_CHARACTER,
+                "oov_like_for": [v.name for v in run.verifiers],
+            },
+        ),
+    )
     yield run.commit([piece])

@@ -13,7 +13,7 @@ Each rule is pinned by a decode-level test in tests/test_rules.py and checked by
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 CONSENSUS_THRESHOLD = 0.5
 GATE_THRESHOLD = 0.5

@@ -9,8 +9,8 @@ returned from memory, so a drafted token that survives a round is never recomput
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import torch
 

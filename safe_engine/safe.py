@@ -13,8 +13,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import torch
 
@@ -42,7 +42,9 @@ def safe_round(run: Decoder) -> Iterator[Event]:
             info["oov_like_for"] = [v.model for v in check.verifiers if v.oov_like]
         piece, ends_round = ([token_id], info), False
         if check.decision == "ensembled":
-            views = [run.view(run.drafter, draft.logits[j])] + [run.view(v, scores[k][layout.own[j][k]]) for k, v in enumerate(run.verifiers)]
+            views = [run.view(run.drafter, draft.logits[j])] + [
+                run.view(v, scores[k][layout.own[j][k]]) for k, v in enumerate(run.verifiers)
+            ]
             ids, point = run.ensemble_at(len(run.response.ids) + j, views, token_id, check.token)
             yield point
             info["sharpened"] = point.sharpening is not None
@@ -69,14 +71,20 @@ class Layout:
     unsafe: list[str | None]  # why d_j is unsafe for every verifier whatever their boundaries, or None
 
     @classmethod
-    def of(cls, run: Decoder, draft: Draft) -> "Layout":
+    def of(cls, run: Decoder, draft: Draft) -> Layout:
         raw = run.response.extended(draft.ids)
         _, index = text_and_index(raw)
         tokenizations = run.verifier_tokenizations(raw)
         spans = run.drafter.lm.vocab.spans(draft.ids, len(run.response.raw))
         eos = run.drafter.lm.eos_ids
-        unsafe = [rules.INSIDE_CHARACTER if not index.is_char_boundary(s) else rules.NO_TEXT if s == e and token not in eos else None
-                  for token, (s, e) in zip(draft.ids, spans)]
+        unsafe = [
+            rules.INSIDE_CHARACTER
+            if not index.is_char_boundary(s)
+            else rules.NO_TEXT
+            if s == e and token not in eos
+            else None
+            for token, (s, e) in zip(draft.ids, spans)
+        ]
         own = [
             [None if unsafe[j] else _own_token(tok, s, draft.ids[j] in eos) for tok in tokenizations]
             for j, (s, _) in enumerate(spans)
@@ -113,14 +121,22 @@ def verify(run: Decoder, layout: Layout) -> list[dict[int, torch.Tensor]]:
     return scores
 
 
-def check_position(run: Decoder, draft: Draft, layout: Layout, scores: list[dict[int, torch.Tensor]], j: int) -> PositionVerified:
+def check_position(
+    run: Decoder, draft: Draft, layout: Layout, scores: list[dict[int, torch.Tensor]], j: int
+) -> PositionVerified:
     """SAFE's decision at drafted token j (`rules`), as the event that explains it."""
     token_id = draft.ids[j]
     s, e = layout.spans[j]
     views = [_verifier_view(run, k, layout, scores, j) for k in range(len(run.verifiers))]
     event = PositionVerified(
-        round=run.round, position=len(run.response.ids) + j, token=key_text(run.drafter.lm.key_of(token_id)),
-        start=layout.index.char_of_byte(s), end=layout.index.char_of_byte(e), verifiers=views, mean_p=None, decision="skipped-oov",
+        round=run.round,
+        position=len(run.response.ids) + j,
+        token=key_text(run.drafter.lm.key_of(token_id)),
+        start=layout.index.char_of_byte(s),
+        end=layout.index.char_of_byte(e),
+        verifiers=views,
+        mean_p=None,
+        decision="skipped-oov",
     )
     if not layout.safe(j):
         blocked = [v.model for v in views if v.oov_like]
@@ -161,5 +177,9 @@ def _verifier_view(run: Decoder, k: int, layout: Layout, scores: list[dict[int, 
     argmax = int(torch.argmax(probs))
     if at_end:
         eos = [t for t in v.lm.eos_ids if t < len(probs)]
-        return VerifierView(v.name, False, own, sum(probs[t].item() for t in eos), key_text(v.lm.key_of(argmax)), argmax in v.lm.eos_ids)
-    return VerifierView(v.name, False, own, probs[tok.ids[i]].item(), key_text(v.lm.key_of(argmax)), argmax == tok.ids[i])
+        return VerifierView(
+            v.name, False, own, sum(probs[t].item() for t in eos), key_text(v.lm.key_of(argmax)), argmax in v.lm.eos_ids
+        )
+    return VerifierView(
+        v.name, False, own, probs[tok.ids[i]].item(), key_text(v.lm.key_of(argmax)), argmax == tok.ids[i]
+    )

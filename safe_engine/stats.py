@@ -19,7 +19,9 @@ class RunStats:
     ensembled: int = 0  # ensemble operations (E in E/T)
     replaced: int = 0  # ensemble operations that changed the drafted token
     oov_skips: dict[str, int] = field(default_factory=dict)  # per verifier
-    consensus_skips: dict[str, int] = field(default_factory=lambda: {"unanimity": 0, "mean": 0, "gate": 0, "accepted": 0})
+    consensus_skips: dict[str, int] = field(
+        default_factory=lambda: {"unanimity": 0, "mean": 0, "gate": 0, "accepted": 0}
+    )
     sharpened: int = 0
     forward: dict[str, dict] = field(default_factory=dict)  # per model: passes, positions, seconds
     time_split: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))

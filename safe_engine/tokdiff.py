@@ -12,9 +12,10 @@ import bisect
 import functools
 import re
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import compress
-from typing import Mapping, NamedTuple, Sequence
+from typing import NamedTuple
 
 import torch
 
@@ -34,6 +35,7 @@ from .errors import ConfigError
 from .models import LoadedModel, LoadOptions, load_tokenizer, resolve_spec
 
 _SPAN = re.compile(r"\w+|[^\w\s]+")
+
 
 def direction(a: str, b: str) -> str:
     """Key of "a's tokens that are OOV-like for b"."""
@@ -143,8 +145,13 @@ def pair_view(text: str, vocabs: Mapping[str, TokenBytes]) -> PairView:
         flags = zip(*(oov_like(tok.spans, toks[other]) for other in others))  # per token: one flag per other
         tokens[name] = [
             Token(
-                display_piece(raw[s:e]), *index.char_span(s, e), s, e, token_id,
-                not _whole_chars(raw[s:e]), tuple(compress(others, flag)),
+                display_piece(raw[s:e]),
+                *index.char_span(s, e),
+                s,
+                e,
+                token_id,
+                not _whole_chars(raw[s:e]),
+                tuple(compress(others, flag)),
             )
             for (s, e), token_id, flag in zip(tok.spans, tok.ids, flags)
         ]
@@ -193,8 +200,12 @@ def corpus_scan(view: PairView) -> CorpusScan:
     for row in breaks.values():
         row.count = seen[row.span]
     counts = view.counts()
-    rates = {direction(a, b): counts["oov_like"][direction(a, b)] / max(counts["tokens"][a], 1)
-             for a in view.names for b in view.names if a != b}
+    rates = {
+        direction(a, b): counts["oov_like"][direction(a, b)] / max(counts["tokens"][a], 1)
+        for a in view.names
+        for b in view.names
+        if a != b
+    }
     rows = sorted(breaks.values(), key=lambda r: (-r.breaks, -r.count, r.span))
     return CorpusScan(counts["tokens"], counts["oov_like"], rates, rows)
 
@@ -263,9 +274,11 @@ def unite_fill(string: str, vocabs: Mapping[str, TokenBytes]) -> dict[str, dict 
     out: dict[str, dict | None] = {}
     for name, vocab in vocabs.items():
         token_id = first_subtoken(vocab, key)
-        out[name] = None if token_id is None else {
-            "id": token_id, "text": display_piece(vocab[token_id]), "exact": vocab[token_id] == key
-        }
+        out[name] = (
+            None
+            if token_id is None
+            else {"id": token_id, "text": display_piece(vocab[token_id]), "exact": vocab[token_id] == key}
+        )
     return out
 
 

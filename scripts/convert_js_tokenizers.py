@@ -74,10 +74,26 @@ JS_FAMILIES = {
     family.name: family
     for family in (
         JsFamily("llama-3", "llama3-tokenizer-js", "byte-level", "<|begin_of_text|>", "<|end_of_text|>", LLAMA3_CHAT),
-        JsFamily("mistral-7b", "mistral-tokenizer-js", "sentencepiece", "<s>", "</s>", MISTRAL_CHAT,
-                 ("<unk>", "<s>", "</s>"), "<unk>"),
-        JsFamily("llama-2", "llama-tokenizer-js", "sentencepiece", "<s>", "</s>", LLAMA2_CHAT,
-                 ("<unk>", "<s>", "</s>"), "<unk>"),
+        JsFamily(
+            "mistral-7b",
+            "mistral-tokenizer-js",
+            "sentencepiece",
+            "<s>",
+            "</s>",
+            MISTRAL_CHAT,
+            ("<unk>", "<s>", "</s>"),
+            "<unk>",
+        ),
+        JsFamily(
+            "llama-2",
+            "llama-tokenizer-js",
+            "sentencepiece",
+            "<s>",
+            "</s>",
+            LLAMA2_CHAT,
+            ("<unk>", "<s>", "</s>"),
+            "<unk>",
+        ),
     )
 }
 
@@ -110,7 +126,11 @@ def _node(*args: str, stdin: str | None = None):
         raise ModelLoadError(f"cannot read the npm tokenizers: {reason}")
     done = subprocess.run(
         ["node", str(NPM_DIR / "tokenizer_data.mjs"), *args],
-        input=stdin, capture_output=True, text=True, timeout=NODE_TIMEOUT_S, check=False,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=NODE_TIMEOUT_S,
+        check=False,
     )
     if done.returncode:
         raise ModelLoadError(f"node tokenizer_data.mjs {' '.join(args)} failed: {done.stderr.strip()[-500:]}")
@@ -134,10 +154,12 @@ def build_tokenizer(family: JsFamily, data: dict):
     ids = {piece: i for i, piece in enumerate(vocab)}
     if family.style == "byte-level":
         tok = Tokenizer(models.BPE(vocab=ids, merges=merges, ignore_merges=True))
-        tok.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(data["split_regex"]), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ])
+        tok.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(data["split_regex"]), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
         tok.decoder = decoders.ByteLevel()
     else:
         tok = Tokenizer(models.BPE(vocab=ids, merges=merges, unk_token=family.unk, byte_fallback=True, fuse_unk=True))

@@ -33,61 +33,192 @@ class Mutation:
 
 
 MUTATIONS = [
-    Mutation("oov-boundary-after", "OOV-like: the boundary *before* the drafted token", "safe_engine/safe.py",
-             "for j, (s, _) in enumerate(spans)", "for j, (_, s) in enumerate(spans)"),
-    Mutation("oov-any-verifier", "OOV-like: safe for *every* verifier", "safe_engine/rules.py",
-             "return all(index is not None for index in own_tokens)", "return any(index is not None for index in own_tokens)"),
-    Mutation("inside-character", "never ensemble inside a UTF-8 character (SAFE)", "safe_engine/safe.py",
-             "rules.INSIDE_CHARACTER if not index.is_char_boundary(s) else", "rules.INSIDE_CHARACTER if False else"),
-    Mutation("special-token-without-text", "a drafted special token with no text is never ensembled (SAFE)", "safe_engine/safe.py",
-             "rules.NO_TEXT if s == e and token not in eos else None", "None"),
-    Mutation("no-unanimity", "unanimity keeps the draft", "safe_engine/rules.py",
-             "    if all(agrees):\n        return UNANIMITY", "    if False:\n        return UNANIMITY"),
-    Mutation("unanimity-any", "unanimity needs every verifier", "safe_engine/rules.py",
-             "    if all(agrees):", "    if any(agrees):"),
-    Mutation("mean-not-strict", "mean > ½ is strict", "safe_engine/rules.py",
-             "mean_p > CONSENSUS_THRESHOLD", "mean_p >= CONSENSUS_THRESHOLD"),
-    Mutation("mean-unweighted", "weighted consensus threshold", "safe_engine/rules.py",
-             "sum(w * p for w, p in zip(weights, probs)) / sum(weights)", "sum(probs) / len(probs)"),
-    Mutation("weights-by-role", "weights belong to models, not roles", "safe_engine/decoder.py",
-             "weights[i] / sum(weights))", "weights[order.index(i)] / sum(weights))"),
-    Mutation("exact-keeps-scanning", "exact mode drops the draft after any ensemble", "safe_engine/safe.py",
-             'ends_round = (ids, info), point.changed or run.config.safe_mode == "exact"', "ends_round = (ids, info), point.changed"),
-    Mutation("replacement-keeps-scanning", "a replacement drops the rest of the draft", "safe_engine/safe.py",
-             'ends_round = (ids, info), point.changed or run.config.safe_mode == "exact"', 'ends_round = (ids, info), run.config.safe_mode == "exact"'),
-    Mutation("draft-past-eos", "EOS ends a draft", "safe_engine/decoder.py",
-             "                if token in eos:\n                    break", "                if False:\n                    break"),
-    Mutation("gate-ignored", "a gated round ends after a low-probability token", "safe_engine/decoder.py",
-             "if probs[token].item() < gate:", "if False:"),
-    Mutation("gate-default-off", "the measured draft gate τ = 0.3 is the default", "safe_engine/config.py",
-             "    draft_gate: float = 0.3", "    draft_gate: float = 0.0"),
-    Mutation("lookahead-4", "default n = 5", "safe_engine/config.py",
-             "    lookahead: int = 5", "    lookahead: int = 4"),
+    Mutation(
+        "oov-boundary-after",
+        "OOV-like: the boundary *before* the drafted token",
+        "safe_engine/safe.py",
+        "for j, (s, _) in enumerate(spans)",
+        "for j, (_, s) in enumerate(spans)",
+    ),
+    Mutation(
+        "oov-any-verifier",
+        "OOV-like: safe for *every* verifier",
+        "safe_engine/rules.py",
+        "return all(index is not None for index in own_tokens)",
+        "return any(index is not None for index in own_tokens)",
+    ),
+    Mutation(
+        "inside-character",
+        "never ensemble inside a UTF-8 character (SAFE)",
+        "safe_engine/safe.py",
+        "rules.INSIDE_CHARACTER if not index.is_char_boundary(s) else",
+        "rules.INSIDE_CHARACTER if False else",
+    ),
+    Mutation(
+        "special-token-without-text",
+        "a drafted special token with no text is never ensembled (SAFE)",
+        "safe_engine/safe.py",
+        "rules.NO_TEXT if s == e and token not in eos else None",
+        "None",
+    ),
+    Mutation(
+        "no-unanimity",
+        "unanimity keeps the draft",
+        "safe_engine/rules.py",
+        "    if all(agrees):\n        return UNANIMITY",
+        "    if False:\n        return UNANIMITY",
+    ),
+    Mutation(
+        "unanimity-any",
+        "unanimity needs every verifier",
+        "safe_engine/rules.py",
+        "    if all(agrees):",
+        "    if any(agrees):",
+    ),
+    Mutation(
+        "mean-not-strict",
+        "mean > ½ is strict",
+        "safe_engine/rules.py",
+        "mean_p > CONSENSUS_THRESHOLD",
+        "mean_p >= CONSENSUS_THRESHOLD",
+    ),
+    Mutation(
+        "mean-unweighted",
+        "weighted consensus threshold",
+        "safe_engine/rules.py",
+        "sum(w * p for w, p in zip(weights, probs)) / sum(weights)",
+        "sum(probs) / len(probs)",
+    ),
+    Mutation(
+        "weights-by-role",
+        "weights belong to models, not roles",
+        "safe_engine/decoder.py",
+        "weights[i] / sum(weights))",
+        "weights[order.index(i)] / sum(weights))",
+    ),
+    Mutation(
+        "exact-keeps-scanning",
+        "exact mode drops the draft after any ensemble",
+        "safe_engine/safe.py",
+        'ends_round = (ids, info), point.changed or run.config.safe_mode == "exact"',
+        "ends_round = (ids, info), point.changed",
+    ),
+    Mutation(
+        "replacement-keeps-scanning",
+        "a replacement drops the rest of the draft",
+        "safe_engine/safe.py",
+        'ends_round = (ids, info), point.changed or run.config.safe_mode == "exact"',
+        'ends_round = (ids, info), run.config.safe_mode == "exact"',
+    ),
+    Mutation(
+        "draft-past-eos",
+        "EOS ends a draft",
+        "safe_engine/decoder.py",
+        "                if token in eos:\n                    break",
+        "                if False:\n                    break",
+    ),
+    Mutation(
+        "gate-ignored",
+        "a gated round ends after a low-probability token",
+        "safe_engine/decoder.py",
+        "if probs[token].item() < gate:",
+        "if False:",
+    ),
+    Mutation(
+        "gate-default-off",
+        "the measured draft gate τ = 0.3 is the default",
+        "safe_engine/config.py",
+        "    draft_gate: float = 0.3",
+        "    draft_gate: float = 0.0",
+    ),
+    Mutation(
+        "lookahead-4", "default n = 5", "safe_engine/config.py", "    lookahead: int = 5", "    lookahead: int = 4"
+    ),
     Mutation("top-k-8", "default k = 10", "safe_engine/ensemble.py", "    top_k: int = 10", "    top_k: int = 8"),
-    Mutation("sharpen-at-half", "sharpen only when max < ½", "safe_engine/ensemble.py",
-             "before.max().item() < 0.5", "before.max().item() <= 0.5"),
-    Mutation("sharpen-never", "sharpening runs when the ensemble is too smooth", "safe_engine/ensemble.py",
-             'if config.sharpen != "none" and before.max()', 'if False and before.max()'),
-    Mutation("geometric-is-arithmetic", "geometric sharpening is wired", "safe_engine/ensemble.py",
-             "after = sharpen_geometric(per_model, weights)", "after = before.clone()"),
-    Mutation("space-anchor-as-any-whitespace", "only the single space is no anchor", "safe_engine/ensemble.py",
-             'a == b" " or probs[a_index] <= lam', "not a.strip() or probs[a_index] <= lam"),
-    Mutation("fill-skips-all-whitespace", "the fill skips only the bare space", "safe_engine/ensemble.py",
-             'if vocab[i] != b" "), pieces[0]', 'if vocab[i].strip() != b""), pieces[0]'),
-    Mutation("no-gac-gate-safe", "GaC's gate (SAFE)", "safe_engine/safe.py",
-             "run.config.ensemble.gated and rules.gate_keeps", "False and rules.gate_keeps"),
-    Mutation("no-gac-gate-per-token", "GaC's gate (per-token)", "safe_engine/per_token.py",
-             "run.config.ensemble.gated and rules.gate_keeps", "False and rules.gate_keeps"),
-    Mutation("gate-on-for-unite", "the gate is on by default for GaC only", "safe_engine/ensemble.py",
-             'return self.method == "gac" if self.gate is None else self.gate', "return True if self.gate is None else self.gate"),
-    Mutation("per-token-full-spelling", "UniTE's first-sub-token commit", "safe_engine/decoder.py",
-             'if spelling == "first-subtoken":', "if False:"),
-    Mutation("per-token-splices-characters", "per-token lets the drafter finish a character", "safe_engine/per_token.py",
-             "if complete_utf8_prefix(raw) < len(raw):", "if False:"),
-    Mutation("sampling-keeps-unanimity", "sampling drops unanimity", "safe_engine/safe.py",
-             "    if run.sampler.greedy:\n        keep = rules.consensus(", "    if True:\n        keep = rules.consensus("),
-    Mutation("acceptance-ignores-p-draft", "accept with min(1, P_ens / P_draft)", "safe_engine/rules.py",
-             "min(1.0, mean_p / p_draft)", "min(1.0, mean_p)"),
+    Mutation(
+        "sharpen-at-half",
+        "sharpen only when max < ½",
+        "safe_engine/ensemble.py",
+        "before.max().item() < 0.5",
+        "before.max().item() <= 0.5",
+    ),
+    Mutation(
+        "sharpen-never",
+        "sharpening runs when the ensemble is too smooth",
+        "safe_engine/ensemble.py",
+        'if config.sharpen != "none" and before.max()',
+        "if False and before.max()",
+    ),
+    Mutation(
+        "geometric-is-arithmetic",
+        "geometric sharpening is wired",
+        "safe_engine/ensemble.py",
+        "after = sharpen_geometric(per_model, weights)",
+        "after = before.clone()",
+    ),
+    Mutation(
+        "space-anchor-as-any-whitespace",
+        "only the single space is no anchor",
+        "safe_engine/ensemble.py",
+        'a == b" " or probs[a_index] <= lam',
+        "not a.strip() or probs[a_index] <= lam",
+    ),
+    Mutation(
+        "fill-skips-all-whitespace",
+        "the fill skips only the bare space",
+        "safe_engine/ensemble.py",
+        'if vocab[i] != b" "), pieces[0]',
+        'if vocab[i].strip() != b""), pieces[0]',
+    ),
+    Mutation(
+        "no-gac-gate-safe",
+        "GaC's gate (SAFE)",
+        "safe_engine/safe.py",
+        "run.config.ensemble.gated and rules.gate_keeps",
+        "False and rules.gate_keeps",
+    ),
+    Mutation(
+        "no-gac-gate-per-token",
+        "GaC's gate (per-token)",
+        "safe_engine/per_token.py",
+        "run.config.ensemble.gated and rules.gate_keeps",
+        "False and rules.gate_keeps",
+    ),
+    Mutation(
+        "gate-on-for-unite",
+        "the gate is on by default for GaC only",
+        "safe_engine/ensemble.py",
+        'return self.method == "gac" if self.gate is None else self.gate',
+        "return True if self.gate is None else self.gate",
+    ),
+    Mutation(
+        "per-token-full-spelling",
+        "UniTE's first-sub-token commit",
+        "safe_engine/decoder.py",
+        'if spelling == "first-subtoken":',
+        "if False:",
+    ),
+    Mutation(
+        "per-token-splices-characters",
+        "per-token lets the drafter finish a character",
+        "safe_engine/per_token.py",
+        "if complete_utf8_prefix(raw) < len(raw):",
+        "if False:",
+    ),
+    Mutation(
+        "sampling-keeps-unanimity",
+        "sampling drops unanimity",
+        "safe_engine/safe.py",
+        "    if run.sampler.greedy:\n        keep = rules.consensus(",
+        "    if True:\n        keep = rules.consensus(",
+    ),
+    Mutation(
+        "acceptance-ignores-p-draft",
+        "accept with min(1, P_ens / P_draft)",
+        "safe_engine/rules.py",
+        "min(1.0, mean_p / p_draft)",
+        "min(1.0, mean_p)",
+    ),
 ]
 
 
@@ -105,7 +236,9 @@ def apply(target: Path, mutation: Mutation) -> None:
     code = path.read_text(encoding="utf-8")
     count = code.count(mutation.old)
     if count != 1:
-        raise SystemExit(f"mutation {mutation.name}: the code to mutate occurs {count} times in {mutation.path}; update the list")
+        raise SystemExit(
+            f"mutation {mutation.name}: the code to mutate occurs {count} times in {mutation.path}; update the list"
+        )
     path.write_text(code.replace(mutation.old, mutation.new), encoding="utf-8")
 
 
@@ -113,7 +246,9 @@ def tests_pass(folder: Path) -> bool:
     command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "not real_models", *TESTS]
     done = subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=600)
     if done.returncode not in (0, 1):
-        raise SystemExit(f"pytest could not run in {folder} (exit {done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+        raise SystemExit(
+            f"pytest could not run in {folder} (exit {done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
+        )
     return done.returncode == 0
 
 
@@ -140,11 +275,17 @@ def main() -> int:
             apply(folder, m)
             started = time.perf_counter()
             killed = not tests_pass(folder)
-            print(f"{'killed  ' if killed else 'SURVIVED'}  {m.name:32} {m.rule}  ({time.perf_counter() - started:.0f} s)", flush=True)
+            print(
+                f"{'killed  ' if killed else 'SURVIVED'}  {m.name:32} {m.rule}  ({time.perf_counter() - started:.0f} s)",
+                flush=True,
+            )
             if not killed:
                 survived.append(m.name)
             shutil.rmtree(folder)
-    print(f"\n{len(chosen) - len(survived)} of {len(chosen)} mutations killed" + (f"; survived: {', '.join(survived)}" if survived else ""))
+    print(
+        f"\n{len(chosen) - len(survived)} of {len(chosen)} mutations killed"
+        + (f"; survived: {', '.join(survived)}" if survived else "")
+    )
     return 1 if survived else 0
 
 

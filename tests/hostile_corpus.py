@@ -9,7 +9,7 @@ HOSTILE = [
     "The quick brown fox jumps over the lazy dog. It's what they'd've said; I'M SURE you'LL agree.",
     "Unbelievable, antidisestablishmentarianism! Ouagadougou & Antananarivo... (really?) — yes.",
     # code
-    "def area(r):\n\treturn 3.14159 * r ** 2  # <b>code</b> & \"quotes\"\n",
+    'def area(r):\n\treturn 3.14159 * r ** 2  # <b>code</b> & "quotes"\n',
     "for (let i = 0; i < n; i++) { console.log(`${i}`); }\r\n",
     '{"key": [1, 2.5e-10, null], "nested": {"a": "b\\n"}}',
     "SELECT * FROM t WHERE x <> 'O''Brien' -- comment",

@@ -16,14 +16,14 @@ A context missing from the table ends the response (EOS with probability 1).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from types import SimpleNamespace
-from typing import Mapping
 
 import torch
+from tiny_models import EOS, unigram_tokenizer
 
 from safe_engine.alignment import TokenBytes
 from safe_engine.models import LoadedModel, ResolvedSpec
-from tiny_models import EOS, unigram_tokenizer
 
 Table = Mapping[str | bytes, Mapping[str | bytes, float]]
 
@@ -80,5 +80,13 @@ def scripted(name: str, pieces: list[str], table: Table, prompt: str) -> LoadedM
     """A scripted model whose vocabulary holds `pieces` (longer pieces win, like a trained tokenizer)."""
     tokenizer = unigram_tokenizer(pieces)
     model = ScriptedLM(tokenizer, prompt, table)
-    return LoadedModel(ResolvedSpec(f"scripted:{name}", "folder", name), name, model, tokenizer, "cpu", torch.float32,
-                       False, frozenset({tokenizer.eos_token_id}))
+    return LoadedModel(
+        ResolvedSpec(f"scripted:{name}", "folder", name),
+        name,
+        model,
+        tokenizer,
+        "cpu",
+        torch.float32,
+        False,
+        frozenset({tokenizer.eos_token_id}),
+    )

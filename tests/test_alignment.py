@@ -3,6 +3,7 @@
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tiny_models import unigram_tokenizer
 
 from safe_engine.alignment import (
     CharIndex,
@@ -13,7 +14,6 @@ from safe_engine.alignment import (
     shared_boundaries,
     tokenize,
 )
-from tiny_models import unigram_tokenizer
 
 PAPER_PIECES = [" Inc", "orr", "ect", " Incorrect", " is", " answer", " The"]
 

@@ -21,8 +21,16 @@ pytest.importorskip("playwright")
 from playwright.sync_api import expect, sync_playwright  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
 ROOT = Path(__file__).resolve().parents[1]
 SAFE_TRACE = ROOT / "assets" / "traces" / "1-safe-factorial.jsonl"
 PLOT_MS = 120_000
@@ -46,7 +54,9 @@ def app_url(tmp_path_factory):
     port = _free_port()
     log = open(tmp_path_factory.mktemp("app") / "app.log", "w")
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "GRADIO_TEMP_DIR": str(tmp_path_factory.mktemp("gradio"))}
-    proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "app.py", "--port", str(port)], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 180
@@ -109,7 +119,9 @@ def test_replay_opens_on_a_real_collapse_and_steps_through_a_shipped_trace(page,
     expect(page.locator("#replay-run")).to_be_visible()  # per-token, SAFE and the drafter alone
     expect(page.locator("#replay-transcript .tok.damage").first).to_be_attached(timeout=30_000)  # per-token opens
     replay_safe_trace(page)
-    expect(page.locator("#replay-caption")).to_contain_text(next(e["caption"] for e in manifest if e["file"] == SAFE_TRACE.name), timeout=30_000)
+    expect(page.locator("#replay-caption")).to_contain_text(
+        next(e["caption"] for e in manifest if e["file"] == SAFE_TRACE.name), timeout=30_000
+    )
     tokens = page.locator("#replay-transcript .tok")
     expect(tokens).to_have_count(committed, timeout=30_000)
     expect(page.locator("#replay-timeline .main-svg").first).to_be_attached(timeout=PLOT_MS)
@@ -186,7 +198,9 @@ def test_stop_ends_a_run_within_a_round(page):
     assert tokens.count() == count < 400
     expect(page.locator("#live-metrics")).to_contain_text("finished: stopped")
     _run(page, "Hi", 2)  # the app is still usable
-    expect(page.locator("#live-status")).to_contain_text(re.compile(r"Done \((max new tokens reached|the model ended)"), timeout=RUN_MS)
+    expect(page.locator("#live-status")).to_contain_text(
+        re.compile(r"Done \((max new tokens reached|the model ended)"), timeout=RUN_MS
+    )
 
 
 @pytest.mark.real_models
@@ -210,7 +224,9 @@ def test_compare_runs_every_strategy_side_by_side(page, tmp_path):
     expect(page.locator("#compare-table")).to_contain_text("drafter non-canonical")
     expect(page.locator("#compare-table")).to_contain_text("longest token run")
     measured = page.locator("#compare-measured")
-    expect(measured).to_contain_text(re.compile(r"SAFE ensembled \d+ of \d+ tokens \(E/T \d+%\) and took \d+\.\d\d× the wall time"))
+    expect(measured).to_contain_text(
+        re.compile(r"SAFE ensembled \d+ of \d+ tokens \(E/T \d+%\) and took \d+\.\d\d× the wall time")
+    )
     expect(measured).to_contain_text("OOV-like predictions: per-token")
     assert "about as much as" not in page.content()
     page.screenshot(path=str(tmp_path / "compare.png"), full_page=True)

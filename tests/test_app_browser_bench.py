@@ -1,10 +1,9 @@
 """The Benchmark tab in the browser: the app and Chromium come from test_app_browser's fixtures."""
 
 import pytest
+from playwright.sync_api import expect  # noqa: E402 (after test_app_browser's importorskip)
 from test_app_browser import PLOT_MS, RUN_MS, app_url, browser, page, pytestmark  # noqa: F401 (fixtures and skip mark)
 from test_benchmark_tab import write_folder
-
-from playwright.sync_api import expect  # noqa: E402 (after test_app_browser's importorskip)
 
 
 def _open_tab(page):

@@ -128,30 +128,57 @@ def _write(tmp_path, name, rows):
 
 
 def test_gsm8k_rows(tmp_path):
-    path = _write(tmp_path, "gsm8k", [
-        {"question": "Natalia sold 48 clips ...", "answer": "She sold 48/2 = <<48/2=24>>24 ...\n#### 72"},
-        {"question": "Big one", "answer": "...\n#### 1,250"},
-    ])
+    path = _write(
+        tmp_path,
+        "gsm8k",
+        [
+            {"question": "Natalia sold 48 clips ...", "answer": "She sold 48/2 = <<48/2=24>>24 ...\n#### 72"},
+            {"question": "Big one", "answer": "...\n#### 1,250"},
+        ],
+    )
     first, second = load_task(path)
     assert (first.task, first.id, first.gold, first.scorer) == ("gsm8k", "1", "72", "numeric")
     assert score(second.scorer, "It is 1250.", second.gold)[1]
 
 
 def test_math500_rows(tmp_path):
-    path = _write(tmp_path, "math500", [{"problem": "Compute $\\frac{28}{6}$.", "answer": "\\frac{14}{3}", "unique_id": "test/algebra/1.json"}])
+    path = _write(
+        tmp_path,
+        "math500",
+        [{"problem": "Compute $\\frac{28}{6}$.", "answer": "\\frac{14}{3}", "unique_id": "test/algebra/1.json"}],
+    )
     example = load_task(path)[0]
-    assert (example.id, example.question, example.scorer) == ("test/algebra/1.json", "Compute $\\frac{28}{6}$.", "numeric")
+    assert (example.id, example.question, example.scorer) == (
+        "test/algebra/1.json",
+        "Compute $\\frac{28}{6}$.",
+        "numeric",
+    )
     assert score(example.scorer, "so $\\boxed{\\dfrac{14}{3}}$", example.gold)[1]
 
 
 def test_arc_and_mmlu_rows(tmp_path):
-    path = _write(tmp_path, "arc", [
-        {"id": "Mercury_1", "answerKey": "B",
-         "question": {"stem": "Which is a gas?", "choices": [{"label": "A", "text": "ice"}, {"label": "B", "text": "steam"}]}},
-        {"id": "NYSED_2", "question": "Which is hot?", "choices": {"label": ["1", "2", "3"], "text": ["snow", "fire", "ice"]}, "answerKey": "2"},
-        {"question": "Largest?", "choices": ["1", "9", "5", "3"], "answer": 1},
-        {"question": "Smallest?", "choices": ["1", "9"], "answer": "A"},
-    ])
+    path = _write(
+        tmp_path,
+        "arc",
+        [
+            {
+                "id": "Mercury_1",
+                "answerKey": "B",
+                "question": {
+                    "stem": "Which is a gas?",
+                    "choices": [{"label": "A", "text": "ice"}, {"label": "B", "text": "steam"}],
+                },
+            },
+            {
+                "id": "NYSED_2",
+                "question": "Which is hot?",
+                "choices": {"label": ["1", "2", "3"], "text": ["snow", "fire", "ice"]},
+                "answerKey": "2",
+            },
+            {"question": "Largest?", "choices": ["1", "9", "5", "3"], "answer": 1},
+            {"question": "Smallest?", "choices": ["1", "9"], "answer": "A"},
+        ],
+    )
     examples = load_task(path)
     assert [e.gold for e in examples] == ["B", "B", "B", "A"]
     assert examples[0].choices == ("ice", "steam") and examples[1].choices == ("snow", "fire", "ice")
@@ -268,7 +295,10 @@ def test_bench_writes_three_files_and_resumes_after_a_kill(tmp_path, monkeypatch
     assert lines[0] == first[0]  # the finished run was kept, not redone
     records = [json.loads(line) for line in lines]
     assert sorted(result_key(r) for r in records) == sorted(("mini", row["id"], s) for row in MINI for s in PLAN)
-    assert all({"prediction", "gold", "correct", "e_t", "oov_skips", "consensus_skips", "wall_s", "tokens"} <= r.keys() for r in records)
+    assert all(
+        {"prediction", "gold", "correct", "e_t", "oov_skips", "consensus_skips", "wall_s", "tokens"} <= r.keys()
+        for r in records
+    )
     assert all(r["e_t"] == 1.0 for r in records if r["strategy"] == "per-token")
     assert all(r["e_t"] == 0.0 for r in records if r["strategy"].startswith("single:"))
 

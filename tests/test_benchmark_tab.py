@@ -15,11 +15,36 @@ from safe_engine.errors import ConfigError, ModelSpecError
 MODELS = "embedded:gemma-3-270m\nembedded:smollm2-135m-instruct"
 DRAFTER = "gemma-3-270m"
 # The Live tab's form after the bench's own fields: models, drafter, strategy, max new, then decoding options.
-LIVE = [MODELS, "embedded:gemma-3-270m", "safe", 48, 5, 10, "heuristic", 0.1, "unite", "exact", 0.3, "first-subtoken", "auto", 0, 1.0, None]
+LIVE = [
+    MODELS,
+    "embedded:gemma-3-270m",
+    "safe",
+    48,
+    5,
+    10,
+    "heuristic",
+    0.1,
+    "unite",
+    "exact",
+    0.3,
+    "first-subtoken",
+    "auto",
+    0,
+    1.0,
+    None,
+]
 
 
-def _plan(tmp_path, tasks=("arithmetic",), upload=None, strategies=("singles", "per-token", "safe"), limit=2,
-          max_new=24, style="direct", live=LIVE):
+def _plan(
+    tmp_path,
+    tasks=("arithmetic",),
+    upload=None,
+    strategies=("singles", "per-token", "safe"),
+    limit=2,
+    max_new=24,
+    style="direct",
+    live=LIVE,
+):
     return plan(list(tasks), upload, list(strategies), limit, max_new, style, str(tmp_path / "out"), *live)
 
 
@@ -34,15 +59,18 @@ def test_plan_takes_the_bench_fields_and_the_live_models(tmp_path):
     assert _plan(tmp_path, strategies=["singles"]).config.strategy == "single"
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"tasks": ()}, "no task set chosen"),
-    ({"strategies": ()}, "no strategy chosen"),
-    ({"limit": 0}, "the limit must be"),
-    ({"limit": MAX_LIMIT + 1}, "the limit must be"),
-    ({"limit": None}, "the limit must be"),
-    ({"max_new": 0}, "max new tokens must be"),
-    ({"live": ["embedded:gemma-3-270m", None, *LIVE[2:]], "strategies": ["safe"]}, "needs at least two models"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"tasks": ()}, "no task set chosen"),
+        ({"strategies": ()}, "no strategy chosen"),
+        ({"limit": 0}, "the limit must be"),
+        ({"limit": MAX_LIMIT + 1}, "the limit must be"),
+        ({"limit": None}, "the limit must be"),
+        ({"max_new": 0}, "max new tokens must be"),
+        ({"live": ["embedded:gemma-3-270m", None, *LIVE[2:]], "strategies": ["safe"]}, "needs at least two models"),
+    ],
+)
 def test_plan_refuses_bad_input_with_a_message(tmp_path, change, message):
     with pytest.raises(ConfigError, match=message):
         _plan(tmp_path, **change)
@@ -66,17 +94,50 @@ def test_plan_refuses_unreadable_and_clashing_task_files(tmp_path):
 def write_folder(out: Path) -> None:
     """A finished two-example bench folder, as the harness writes it, with no model run."""
     out.mkdir(parents=True)
-    settings = {"models": MODELS.split("\n"), "drafter": DRAFTER, "style": "direct", "chat_template": [True, True],
-                "decode": {"max_new_tokens": 8, "lookahead": 5, "drafter": 0, "safe_mode": "fast",
-                           "ensemble": {"method": "unite", "top_k": 10, "weights": None, "sharpen": "heuristic", "sharpen_lambda": 0.1}}}
+    settings = {
+        "models": MODELS.split("\n"),
+        "drafter": DRAFTER,
+        "style": "direct",
+        "chat_template": [True, True],
+        "decode": {
+            "max_new_tokens": 8,
+            "lookahead": 5,
+            "drafter": 0,
+            "safe_mode": "fast",
+            "ensemble": {
+                "method": "unite",
+                "top_k": 10,
+                "weights": None,
+                "sharpen": "heuristic",
+                "sharpen_lambda": 0.1,
+            },
+        },
+    }
     (out / SETTINGS).write_text(json.dumps(settings))
     rows = []
     for i, strategy in enumerate([f"single:{DRAFTER}", "single:smollm2-135m-instruct", "per-token", "safe"]):
         for example, correct in (("1", True), ("2", i % 2 == 0)):
-            rows.append({"task": "arithmetic", "id": example, "strategy": strategy, "prompt": "p", "gold": "4",
-                         "prediction": "4", "answer": "4", "correct": correct, "tokens": 4 + i, "ensembled": i,
-                         "replaced": 0, "e_t": i / 4, "oov_skips": 0, "consensus_skips": 1, "wall_s": 1.0 + i,
-                         "tokens_per_s": 4.0, "stop_reason": "answer-line"})
+            rows.append(
+                {
+                    "task": "arithmetic",
+                    "id": example,
+                    "strategy": strategy,
+                    "prompt": "p",
+                    "gold": "4",
+                    "prediction": "4",
+                    "answer": "4",
+                    "correct": correct,
+                    "tokens": 4 + i,
+                    "ensembled": i,
+                    "replaced": 0,
+                    "e_t": i / 4,
+                    "oov_skips": 0,
+                    "consensus_skips": 1,
+                    "wall_s": 1.0 + i,
+                    "tokens_per_s": 4.0,
+                    "stop_reason": "answer-line",
+                }
+            )
     (out / RESULTS).write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"task": "half-writ')
     write_report(out)
 
@@ -84,7 +145,12 @@ def write_folder(out: Path) -> None:
 def test_folder_view_shows_summary_and_every_chart(tmp_path):
     write_folder(tmp_path / "done")
     table, figures, where = folder_view(tmp_path / "done")
-    assert list(table["strategy"].astype(str)) == [f"single:{DRAFTER}", "single:smollm2-135m-instruct", "per-token", "safe"]
+    assert list(table["strategy"].astype(str)) == [
+        f"single:{DRAFTER}",
+        "single:smollm2-135m-instruct",
+        "per-token",
+        "safe",
+    ]
     assert list(table["accuracy"]) == [1.0, 0.5, 1.0, 0.5] and list(table["median_wall_ratio"]) == [1.0, 2.0, 3.0, 4.0]
     assert set(figures) == set(FIGURES) and all(isinstance(f, go.Figure) for f in figures.values())
     assert where.startswith("8 runs in") and DRAFTER in where

@@ -1,13 +1,13 @@
 """Damage measures along a run, degeneration formulas, and what-if forcing."""
 
 import pytest
+from tiny_models import char_tokenizer, tiny_model, unigram_tokenizer
 
 from safe_engine.cli import build_parser
 from safe_engine.damage import degenerate, degeneration, non_canonical
 from safe_engine.decoding import DecodeConfig, decode
 from safe_engine.errors import ConfigError
 from safe_engine.events import DamageMeasured, RunFinished, TextCommitted
-from tiny_models import char_tokenizer, tiny_model, unigram_tokenizer
 
 PROMPT = "the cat sat on"
 STRATEGIES = ["single", "per-token", "safe"]
@@ -42,7 +42,9 @@ def test_degeneration_formulas_by_hand():
     assert measures["longest_line_run"] == 3  # three blank lines in a row
     assert measures["whitespace_share"] == pytest.approx(3 / 6)
     assert measures["replacement_chars"] == 0
-    assert degenerate(measures) and not degenerate(degeneration("One clean sentence.", ["One", " clean", " sentence", "."]))
+    assert degenerate(measures) and not degenerate(
+        degeneration("One clean sentence.", ["One", " clean", " sentence", "."])
+    )
     assert degeneration("x\ufffd", ["x", "\ufffd"])["replacement_chars"] == 1
 
 
@@ -65,7 +67,7 @@ def test_forcing_what_the_strategy_picks_anyway_changes_nothing(words, chars, st
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_forcing_an_oov_like_piece_shows_damage(words, chars, strategy):
-    """" cat" is one token for the drafter: forcing " ca" then "t" leaves it a non-canonical context."""
+    """ " cat" is one token for the drafter: forcing " ca" then "t" leaves it a non-canonical context."""
     models = [words, chars][: 1 if strategy == "single" else 2]
     events = run(models, strategy=strategy, force=((0, " ca"), (1, "t")))
     first, second = committed(events)[:2]
@@ -96,7 +98,13 @@ def test_damage_events_follow_every_commit_and_add_up(words, chars):
     assert all(e for d, e in zip(damages, eligible) if d.models[words.name]["kl"] is not None)
     oov_like = sum(d.models[chars.name]["oov_like"] for d in damages)
     assert oov_like == summary["models"][chars.name]["oov_like_predictions"]
-    assert set(summary["degeneration"]) == {"repeated_4gram_rate", "longest_token_run", "longest_line_run", "whitespace_share", "replacement_chars"}
+    assert set(summary["degeneration"]) == {
+        "repeated_4gram_rate",
+        "longest_token_run",
+        "longest_line_run",
+        "whitespace_share",
+        "replacement_chars",
+    }
 
 
 def test_bad_forcing_is_refused(words, chars):

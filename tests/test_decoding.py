@@ -4,12 +4,12 @@ import json
 import threading
 
 import pytest
+from tiny_models import char_tokenizer, tiny_model, unigram_tokenizer
 
 from safe_engine.decoding import DecodeConfig, decode
 from safe_engine.ensemble import EnsembleConfig
 from safe_engine.errors import ConfigError
 from safe_engine.events import DECISIONS, EVENT_TYPES, PositionVerified, RunFinished, TextCommitted
-from tiny_models import char_tokenizer, tiny_model, unigram_tokenizer
 
 PROMPT = "the cat sat on"
 
@@ -57,8 +57,13 @@ def test_per_token_weights_follow_the_models_when_another_model_drafts(tiny, tin
     """All the weight on model 0 while model 1 drafts: the text is model 0's own (same tokenizer)."""
     alone = finished(run([tiny], strategy="single", max_new_tokens=20)).text
     assert alone != finished(run([tiny2], strategy="single", max_new_tokens=20)).text
-    weighted = run([tiny, tiny2], strategy="per-token", drafter=1, max_new_tokens=20,
-                   ensemble=EnsembleConfig(weights=(1.0, 0.0), sharpen="none"))
+    weighted = run(
+        [tiny, tiny2],
+        strategy="per-token",
+        drafter=1,
+        max_new_tokens=20,
+        ensemble=EnsembleConfig(weights=(1.0, 0.0), sharpen="none"),
+    )
     assert finished(weighted).text == alone
 
 
@@ -107,7 +112,9 @@ def test_events_round_trip_through_json(tiny, other, strategy):
     assert stats["replaced"] == len(changed)
     if strategy == "safe":
         assert stats["ensembled"] == decisions.count("ensembled")
-        assert stats["replaced"] == sum(t.drafted is not None for e in events if isinstance(e, TextCommitted) for t in e.tokens)
+        assert stats["replaced"] == sum(
+            t.drafted is not None for e in events if isinstance(e, TextCommitted) for t in e.tokens
+        )
         assert sum(stats["oov_skips"].values()) >= decisions.count("skipped-oov")
 
 

@@ -4,10 +4,17 @@ import pytest
 import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-
-from safe_engine.ensemble import EnsembleConfig, ModelView, ensemble, first_subtoken, sharpen_geometric, sharpen_heuristic
-from safe_engine.models import LoadedModel
 from tiny_models import unigram_tokenizer
+
+from safe_engine.ensemble import (
+    EnsembleConfig,
+    ModelView,
+    ensemble,
+    first_subtoken,
+    sharpen_geometric,
+    sharpen_heuristic,
+)
+from safe_engine.models import LoadedModel
 
 WORDS = [" So", " Sofia", " Sol", " Paris", " Rome", " Lima", " Oslo", " Bern"]
 
@@ -85,8 +92,10 @@ def test_unite_fills_missing_strings_with_the_first_subtoken(pair):
 
 def test_sharpening_runs_only_when_the_ensemble_is_too_smooth(pair):
     a, b = pair
-    smooth = [ModelView(a, logits_for(a, {" So": 0.3, " Sol": 0.3, " Rome": 0.3})),
-              ModelView(b, logits_for(b, {" Rome": 0.3, " Sol": 0.3, " Lima": 0.3}))]
+    smooth = [
+        ModelView(a, logits_for(a, {" So": 0.3, " Sol": 0.3, " Rome": 0.3})),
+        ModelView(b, logits_for(b, {" Rome": 0.3, " Sol": 0.3, " Lima": 0.3})),
+    ]
     result = ensemble(smooth, EnsembleConfig(top_k=3))
     assert result.after is not None and result.chosen == b" So"  # " So" absorbed " Sol"
     sharp = [ModelView(a, logits_for(a, {" Rome": 0.9})), ModelView(b, logits_for(b, {" Rome": 0.9}))]
@@ -95,8 +104,10 @@ def test_sharpening_runs_only_when_the_ensemble_is_too_smooth(pair):
 
 def test_gac_uses_the_full_union(pair):
     a, b = pair
-    views = [ModelView(a, logits_for(a, {" Sofia": 0.5, " Oslo": 0.4, " Rome": 0.1})),
-             ModelView(b, logits_for(b, {" Oslo": 0.9, " Rome": 0.1}))]
+    views = [
+        ModelView(a, logits_for(a, {" Sofia": 0.5, " Oslo": 0.4, " Rome": 0.1})),
+        ModelView(b, logits_for(b, {" Oslo": 0.9, " Rome": 0.1})),
+    ]
     result = ensemble(views, EnsembleConfig(method="gac", top_k=1, sharpen="none"))
     assert result.chosen == b" Oslo"
     # Full-vocabulary probabilities, not renormalised over top-k: (0.4 + 0.9) / 2.
@@ -111,9 +122,11 @@ probabilities = st.lists(st.floats(0.01, 1.0), min_size=len(WORDS), max_size=len
 def test_consensus_skip_never_changes_the_ensemble_argmax(pair, drafter, verifier, method):
     """SAFE's Theorem 1 (aligned case): unanimity or mean p > 0.5 ⇒ the ensemble's argmax is the draft."""
     a, _ = pair
+
     def dist(weights):
         total = sum(weights)
         return {w: x / total for w, x in zip(WORDS, weights)}
+
     pd, pv = dist(drafter), dist(verifier)
     drafted = max(pd, key=pd.get)
     verifier_argmax = max(pv, key=pv.get)

@@ -12,15 +12,15 @@ import re
 from pathlib import Path
 
 import pytest
-
 from families import FAMILIES, tokenizer_spec
 from hostile_corpus import hostile_texts
+from tiny_models import tiny_model
+
 from safe_engine.alignment import TokenBytes, oov_like, tokenize
 from safe_engine.cli import main
 from safe_engine.decoding import DecodeConfig, decode
 from safe_engine.events import EnsemblePoint, PositionVerified, RunFinished, TextCommitted
 from safe_engine.tokdiff import common_words, load_vocabs, pair_view, word_agreement
-from tiny_models import tiny_model
 
 pytestmark = pytest.mark.families
 
@@ -56,8 +56,12 @@ def models(vocabs, tmp_path_factory):
     root = tmp_path_factory.mktemp("families")
     return {
         family: tiny_model(
-            root / family, vocab.tokenizer, arch="gemma3" if family == "gemma-3" else "llama", seed=seed,
-            extra_rows=PADDED.get(family, 0), layers=1,
+            root / family,
+            vocab.tokenizer,
+            arch="gemma3" if family == "gemma-3" else "llama",
+            seed=seed,
+            extra_rows=PADDED.get(family, 0),
+            layers=1,
         )
         for seed, (family, vocab) in enumerate(vocabs.items())
     }

@@ -10,11 +10,11 @@ import json
 
 import pytest
 import regex
+from families import require_node
+from hostile_corpus import hostile_texts
 from transformers import AutoTokenizer
 
 import scripts.convert_js_tokenizers as converter
-from families import require_node
-from hostile_corpus import hostile_texts
 from safe_engine.alignment import TokenBytes
 
 pytestmark = pytest.mark.families

@@ -3,12 +3,12 @@ output layer wider than its tokenizer, on random-weight models built here."""
 
 import pytest
 import torch
+from tiny_models import char_tokenizer, tiny_model_folder, unigram_tokenizer
 from transformers import AutoModelForCausalLM
 
 from safe_engine.decoding import DecodeConfig, decode
 from safe_engine.events import TextCommitted
 from safe_engine.models import load_model
-from tiny_models import char_tokenizer, tiny_model_folder, unigram_tokenizer
 
 TURN_END = "<|turn_done|>"
 TEMPLATE = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}" + TURN_END + "\n{% endfor %}"

@@ -63,8 +63,19 @@ def test_cli_generate_json(embedded_pair, capsys):
     code = main(["generate", "--prompt", PROMPT, "--max-new-tokens", "8", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0
-    assert {"text", "strategy", "models", "drafter", "tokens", "ensembled", "e_t", "oov_skips", "consensus_skips",
-            "wall_s", "tokens_per_s"} <= set(out)
+    assert {
+        "text",
+        "strategy",
+        "models",
+        "drafter",
+        "tokens",
+        "ensembled",
+        "e_t",
+        "oov_skips",
+        "consensus_skips",
+        "wall_s",
+        "tokens_per_s",
+    } <= set(out)
     assert out["models"] == ["gemma-3-270m", "smollm2-135m-instruct"] and out["tokens"] == 8
 
 
@@ -100,8 +111,22 @@ def test_cli_bad_input_is_one_line_and_exit_2(capsys, argv, message):
 @pytest.mark.parametrize("mode", ["exact", "fast"])
 def test_cli_three_models_in_both_modes(embedded_pair, capsys, mode):
     """The issue's command: Gemma drafts, two SmolLM2 verifiers (each with its own session)."""
-    argv = ["generate", "--models", "embedded:gemma-3-270m", "embedded:smollm2-135m-instruct", "embedded:smollm2-135m-instruct",
-            "--strategy", "safe", "--safe-mode", mode, "--max-new-tokens", "12", "--prompt", PROMPT, "--json"]
+    argv = [
+        "generate",
+        "--models",
+        "embedded:gemma-3-270m",
+        "embedded:smollm2-135m-instruct",
+        "embedded:smollm2-135m-instruct",
+        "--strategy",
+        "safe",
+        "--safe-mode",
+        mode,
+        "--max-new-tokens",
+        "12",
+        "--prompt",
+        PROMPT,
+        "--json",
+    ]
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["models"] == ["gemma-3-270m", "smollm2-135m-instruct", "smollm2-135m-instruct#2"]

@@ -4,12 +4,12 @@
 """
 
 import pytest
+from scripted_models import scripted
 
 from safe_engine.cli import build_parser
 from safe_engine.decoding import DecodeConfig, decode
 from safe_engine.ensemble import EnsembleConfig
 from safe_engine.events import EnsemblePoint, PositionVerified, RunStarted, TextCommitted, TokensDrafted
-from scripted_models import EOS, scripted
 
 P = "Q:"
 LETTERS = list("abcdefghijklmnopqrstuvwxyz")
@@ -52,8 +52,10 @@ INCORRECT_VERIFIER = {"": {"Incorrect": 0.9}, "Incorrect": {"?": 0.8, "!": 0.2}}
 @pytest.fixture(scope="module")
 def incorrect():
     """The paper's example: the drafter writes Inc|orr|ect, the verifier has one token Incorrect."""
-    return (scripted("a", ["Inc", "orr", "ect", "!", "?"], INCORRECT_DRAFTER, P),
-            scripted("b", ["Incorrect", "!", "?"], INCORRECT_VERIFIER, P))
+    return (
+        scripted("a", ["Inc", "orr", "ect", "!", "?"], INCORRECT_DRAFTER, P),
+        scripted("b", ["Incorrect", "!", "?"], INCORRECT_VERIFIER, P),
+    )
 
 
 @pytest.mark.parametrize("mode", ["exact", "fast"])
@@ -103,8 +105,10 @@ def test_unanimity_needs_every_verifier():
 
 # ---------------------------------------------------------------- rule 2: need (consensus)
 def test_unanimity_keeps_the_draft_even_when_mean_p_is_below_half():
-    a, b = pair({"": {"x": 0.3, "y": 0.25, "z": 0.25, "w": 0.2}, "x": {"y": 0.3, "z": 0.25, "w": 0.25, "x": 0.2}},
-                {"": {"x": 0.3, "y": 0.25, "z": 0.25, "w": 0.2}, "x": {"z": 0.3, "y": 0.25, "w": 0.25, "x": 0.2}})
+    a, b = pair(
+        {"": {"x": 0.3, "y": 0.25, "z": 0.25, "w": 0.2}, "x": {"y": 0.3, "z": 0.25, "w": 0.25, "x": 0.2}},
+        {"": {"x": 0.3, "y": 0.25, "z": 0.25, "w": 0.2}, "x": {"z": 0.3, "y": 0.25, "w": 0.25, "x": 0.2}},
+    )
     events = run([a, b])
     first, second = [e for e in events if isinstance(e, PositionVerified)][:2]
     assert (first.token, first.decision, first.reason) == ("x", "skipped-consensus", "unanimity")
@@ -131,7 +135,9 @@ def test_the_consensus_threshold_is_weighted():
     a, b = pair(WEIGHTED_DRAFTER, WEIGHTED_VERIFIER)
     equal = checks(run([a, b]))[0]
     assert equal == ("x", "skipped-consensus", "mean>0.5")  # (0.9 + 0.2) / 2 = 0.55
-    weighted = [e for e in run([a, b], ensemble=EnsembleConfig(weights=(0.3, 0.7))) if isinstance(e, PositionVerified)][0]
+    weighted = [e for e in run([a, b], ensemble=EnsembleConfig(weights=(0.3, 0.7))) if isinstance(e, PositionVerified)][
+        0
+    ]
     assert weighted.decision == "ensembled" and weighted.mean_p == pytest.approx(0.3 * 0.9 + 0.7 * 0.2)
 
 
@@ -141,8 +147,10 @@ def test_weights_belong_to_models_not_to_roles():
     events = run([b, a], drafter=1, ensemble=EnsembleConfig(weights=(0.7, 0.3)))
     started = events[0]
     assert isinstance(started, RunStarted)
-    assert [(m["name"], m["role"], m["weight"]) for m in started.models] == [("a", "drafter", pytest.approx(0.3)),
-                                                                           ("b", "verifier", pytest.approx(0.7))]
+    assert [(m["name"], m["role"], m["weight"]) for m in started.models] == [
+        ("a", "drafter", pytest.approx(0.3)),
+        ("b", "verifier", pytest.approx(0.7)),
+    ]
     first = [e for e in events if isinstance(e, PositionVerified)][0]
     assert first.decision == "ensembled" and first.mean_p == pytest.approx(0.41)
     assert points(events)[0].chosen == "y"  # 0.3·0.1 + 0.7·0.8 for y against 0.3·0.9 + 0.7·0.2 for x
@@ -151,8 +159,13 @@ def test_weights_belong_to_models_not_to_roles():
 # ---------------------------------------------------------------- what a round commits
 KEPT = {  # at "a" the verifier disagrees, but the ensemble keeps the drafter's "b"
     "drafter": {"": {"a": 1.0}, "a": {"b": 0.6, "c": 0.4}, "ab": {"d": 1.0}, "abd": {"e": 1.0}, "abde": {"f": 1.0}},
-    "verifier": {"": {"a": 1.0}, "a": {"c": 0.45, "b": 0.35, "e": 0.2}, "ab": {"d": 1.0}, "abd": {"e": 1.0},
-                 "abde": {"f": 1.0}},
+    "verifier": {
+        "": {"a": 1.0},
+        "a": {"c": 0.45, "b": 0.35, "e": 0.2},
+        "ab": {"d": 1.0},
+        "abd": {"e": 1.0},
+        "abde": {"f": 1.0},
+    },
 }
 
 
@@ -175,8 +188,10 @@ def test_fast_mode_keeps_scanning_a_draft_the_ensemble_confirmed():
 
 @pytest.mark.parametrize("mode", ["exact", "fast"])
 def test_a_replacement_drops_the_rest_of_the_draft(mode):
-    a, b = pair({"": {"a": 1.0}, "a": {"b": 0.55, "c": 0.45}, "ab": {"d": 1.0}, "abd": {"e": 1.0}, "ac": {"g": 1.0}},
-                {"": {"a": 1.0}, "a": {"c": 0.9, "b": 0.1}, "ac": {"g": 1.0}})
+    a, b = pair(
+        {"": {"a": 1.0}, "a": {"b": 0.55, "c": 0.45}, "ab": {"d": 1.0}, "abd": {"e": 1.0}, "ac": {"g": 1.0}},
+        {"": {"a": 1.0}, "a": {"c": 0.9, "b": 0.1}, "ac": {"g": 1.0}},
+    )
     events = run([a, b], safe_mode=mode)
     assert drafts(events)[0] == ["a", "b", "d", "e", "<eos>"]
     assert commits(events)[0] == ["a", "c"]
@@ -203,8 +218,14 @@ def test_defaults_are_the_papers_n5_and_k10_with_the_measured_draft_gate():
     config, cli = DecodeConfig(), build_parser().parse_args(["generate", "--prompt", "x"])
     assert (config.lookahead, config.ensemble.top_k, config.safe_mode, config.draft_gate) == (5, 10, "exact", 0.3)
     assert (cli.lookahead, cli.top_k, cli.safe_mode, cli.draft_gate) == (5, 10, "exact", 0.3)
-    chain = {"": descending("abcdefghijkl"), "a": {"b": 1.0}, "ab": {"c": 1.0}, "abc": {"d": 1.0}, "abcd": {"e": 1.0},
-             "abcde": {"f": 1.0}}
+    chain = {
+        "": descending("abcdefghijkl"),
+        "a": {"b": 1.0},
+        "ab": {"c": 1.0},
+        "abc": {"d": 1.0},
+        "abcd": {"e": 1.0},
+        "abcde": {"f": 1.0},
+    }
     a, b = pair(chain, {"": descending("mnopqrstuvwx")})
     events = run([a, b], draft_gate=0.0)  # the paper's loop: full drafts
     assert drafts(events)[0] == ["a", "b", "c", "d", "e"]
@@ -215,8 +236,11 @@ def test_defaults_are_the_papers_n5_and_k10_with_the_measured_draft_gate():
 # ---------------------------------------------------------------- sharpening
 def test_sharpening_runs_when_the_ensemble_is_too_smooth():
     # Ensemble before sharpening: a .275, ab .325, c .4 (max < ½); the drafter's "a" absorbs "ab".
-    a, b = pair({"": {"a": 0.45, "ab": 0.35, "c": 0.2}, "a": {"x": 1.0}},
-                {"": {"c": 0.6, "ab": 0.3, "a": 0.1}, "a": {"x": 1.0}}, pieces=["ab"])
+    a, b = pair(
+        {"": {"a": 0.45, "ab": 0.35, "c": 0.2}, "a": {"x": 1.0}},
+        {"": {"c": 0.6, "ab": 0.3, "a": 0.1}, "a": {"x": 1.0}},
+        pieces=["ab"],
+    )
     point = points(run([a, b]))[0]
     assert point.sharpening == "heuristic" and point.chosen == "a"
     rows = {row.text: row for row in point.table}
@@ -245,7 +269,12 @@ def test_gac_ensembles_only_where_the_drafter_is_unsure(strategy):
     assert (first.text, first.decision, first.reason) == ("x", "skipped-consensus", "gate")
     assert gated[-1].stats["ensembled"] == 0 and gated[-1].stats["consensus_skips"]["gate"] >= 1
     for ungated in (EnsembleConfig(method="gac", gate=False), EnsembleConfig(method="unite")):
-        first = [t for e in run([a, b], strategy=strategy, ensemble=ungated) if isinstance(e, TextCommitted) for t in e.tokens][0]
+        first = [
+            t
+            for e in run([a, b], strategy=strategy, ensemble=ungated)
+            if isinstance(e, TextCommitted)
+            for t in e.tokens
+        ][0]
         assert (first.text, first.decision) == ("y", "ensembled")
 
 
@@ -290,7 +319,10 @@ def test_safe_never_ensembles_inside_a_character():
     a = scripted("a", ["n"], ACCENT["drafter"], P)
     b = scripted("b", ["n"], {"": {b"\xe1": 0.9, "n": 0.1}, "ễ": {"n": 1.0}}, P)
     events = run([a, b])
-    assert checks(events)[1:3] == [("<0xBB>", "skipped-oov", "inside a character"), ("<0x85>", "skipped-oov", "inside a character")]
+    assert checks(events)[1:3] == [
+        ("<0xBB>", "skipped-oov", "inside a character"),
+        ("<0x85>", "skipped-oov", "inside a character"),
+    ]
     assert text(events).startswith("ễ")
 
 

@@ -4,9 +4,9 @@ import random
 
 import pytest
 import torch
+from tiny_models import char_tokenizer, tiny_model
 
 from safe_engine.runtime import ModelSession, common_prefix, crop_cache
-from tiny_models import char_tokenizer, tiny_model
 
 
 def full_forward(lm, ids, starts):

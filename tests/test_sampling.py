@@ -2,13 +2,13 @@
 
 import pytest
 import torch
+from scripted_models import scripted
+from tiny_models import char_tokenizer, tiny_model, unigram_tokenizer
 
 from safe_engine.decoding import DecodeConfig, decode
 from safe_engine.ensemble import EnsembleConfig
 from safe_engine.events import EnsemblePoint, PositionVerified, RunFinished, RunStarted
 from safe_engine.sampling import Sampler
-from scripted_models import scripted
-from tiny_models import char_tokenizer, tiny_model, unigram_tokenizer
 
 P = "Q:"
 
@@ -16,8 +16,10 @@ P = "Q:"
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     words = [" the", " cat", " sat", " on", " mat", " dog", " at", "the", "cat", "sat", "on", "ma", "t"]
-    return [tiny_model(tmp_path_factory.mktemp("w"), unigram_tokenizer(words), seed=2),
-            tiny_model(tmp_path_factory.mktemp("c"), char_tokenizer(), seed=1)]
+    return [
+        tiny_model(tmp_path_factory.mktemp("w"), unigram_tokenizer(words), seed=2),
+        tiny_model(tmp_path_factory.mktemp("c"), char_tokenizer(), seed=1),
+    ]
 
 
 def text(models, **config) -> str:
@@ -36,7 +38,11 @@ def test_the_same_seed_gives_the_same_output_and_other_seeds_differ(models, stra
 
 @pytest.mark.parametrize("strategy", ["single", "per-token", "safe"])
 def test_temperature_zero_is_greedy_whatever_the_seed(models, strategy):
-    assert text(models, strategy=strategy, seed=1) == text(models, strategy=strategy, seed=2) == text(models, strategy=strategy)
+    assert (
+        text(models, strategy=strategy, seed=1)
+        == text(models, strategy=strategy, seed=2)
+        == text(models, strategy=strategy)
+    )
 
 
 def test_a_run_without_a_seed_reports_the_one_it_drew(models):

@@ -61,16 +61,19 @@ def test_a_folder_without_weights_says_so(tmp_path):
     from safe_engine.errors import ModelLoadError
     from safe_engine.models import load_model
 
-    LlamaConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8).save_pretrained(tmp_path)
+    LlamaConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8).save_pretrained(
+        tmp_path
+    )
     with pytest.raises(ModelLoadError, match="could not load"):
         load_model(str(tmp_path))
 
 
 def test_a_tokenizer_only_folder_serves_tokdiff_but_not_decoding(tmp_path, capsys):
+    from tiny_models import char_tokenizer, unigram_tokenizer
+
     from safe_engine.cli import main
     from safe_engine.errors import ModelLoadError
     from safe_engine.models import load_model, load_tokenizer
-    from tiny_models import char_tokenizer, unigram_tokenizer
 
     words, chars = tmp_path / "words", tmp_path / "chars"
     unigram_tokenizer([" cat", " sat"]).save_pretrained(words)

@@ -8,12 +8,26 @@ import pytest
 
 from benchmarks.tokdiff_speed import sample_text
 from components.tokenizer_view import (
-    corpus_frame, pair_view_html, probe_frame, rates_frame, stats_html, token_length_figure, words_frame,
+    corpus_frame,
+    pair_view_html,
+    probe_frame,
+    rates_frame,
+    stats_html,
+    token_length_figure,
+    words_frame,
 )
 from safe_engine.cli import main
 from safe_engine.errors import ConfigError
 from safe_engine.tokdiff import (
-    common_words, corpus_scan, load_vocabs, pair_view, probe, unite_fill, visible, vocab_overlap, word_agreement,
+    common_words,
+    corpus_scan,
+    load_vocabs,
+    pair_view,
+    probe,
+    unite_fill,
+    visible,
+    vocab_overlap,
+    word_agreement,
 )
 
 GEMMA, SMOL = "gemma-3-270m", "smollm2-135m-instruct"
@@ -234,7 +248,10 @@ def test_cli_json_shape(vocabs, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["models"] == [GEMMA, SMOL]
     assert [(t["text"], t["start"], t["end"]) for t in data["tokens"][GEMMA]] == [
-        (" Ou", 0, 3), ("agad", 3, 7), ("oug", 7, 10), ("ou", 10, 12)
+        (" Ou", 0, 3),
+        ("agad", 3, 7),
+        ("oug", 7, 10),
+        ("ou", 10, 12),
     ]
     assert data["shared_boundaries"] == [7, 10]
     assert [t["text"] for t in data["oov_like"][S2G]] == [" O", "uag", "ou"]

@@ -26,17 +26,39 @@ EVIL = "<script>alert(1)</script>"
 
 def run_of(words: list[str], oov_at: int | None = None, specs: list[str] | None = None) -> RunView:
     """A one-round run committing `words` as tokens; the token at `oov_at` is OOV-like for "b"."""
-    models = [{"name": name, "role": role} | ({"spec": spec} if specs else {})
-              for name, role, spec in zip("ab", ("drafter", "verifier"), specs or SPECS)]
+    models = [
+        {"name": name, "role": role} | ({"spec": spec} if specs else {})
+        for name, role, spec in zip("ab", ("drafter", "verifier"), specs or SPECS)
+    ]
     tokens, at = [], 0
     for i, word in enumerate(words):
-        tokens.append({"text": word, "start": at, "end": at + len(word), "ids": [i], "decision": "accepted", "drafted": None,
-                       "reason": None, "sharpened": False, "oov_like_for": ["b"] if i == oov_at else []})
+        tokens.append(
+            {
+                "text": word,
+                "start": at,
+                "end": at + len(word),
+                "ids": [i],
+                "decision": "accepted",
+                "drafted": None,
+                "reason": None,
+                "sharpened": False,
+                "oov_like_for": ["b"] if i == oov_at else [],
+            }
+        )
         at += len(word)
-    return RunView.of([
-        {"kind": "run_started", "strategy": "single", "drafter": "a", "models": models, "prompts": {}, "config": {}},
-        {"kind": "text_committed", "round": 1, "delta": "".join(words), "tokens": tokens, "elapsed_s": 1.0},
-    ])
+    return RunView.of(
+        [
+            {
+                "kind": "run_started",
+                "strategy": "single",
+                "drafter": "a",
+                "models": models,
+                "prompts": {},
+                "config": {},
+            },
+            {"kind": "text_committed", "round": 1, "delta": "".join(words), "tokens": tokens, "elapsed_s": 1.0},
+        ]
+    )
 
 
 def test_context_is_whole_words_around_the_token():
@@ -46,7 +68,7 @@ def test_context_is_whole_words_around_the_token():
     for index in (0, 30, 60):
         window, offset = view.context(index, 100)
         token = view.tokens[index]
-        assert window == text[offset:offset + len(window)] and len(window) <= 100
+        assert window == text[offset : offset + len(window)] and len(window) <= 100
         assert offset <= token.start and token.end <= offset + len(window)
         assert offset == 0 or window[0] == " "  # starts at a space: the first word keeps its leading space
         assert offset + len(window) == len(text) or text[offset + len(window)] == " "  # ends before a space
@@ -72,13 +94,18 @@ def test_corpus_text_prefers_the_file_and_is_bounded(tmp_path):
 
 
 def test_corpus_summary_counts_and_escapes():
-    vocabs = {EVIL: TokenBytes(unigram_tokenizer(["hello", " world"])), "b": TokenBytes(unigram_tokenizer(["hel", "lo", " wor", "ld"]))}
+    vocabs = {
+        EVIL: TokenBytes(unigram_tokenizer(["hello", " world"])),
+        "b": TokenBytes(unigram_tokenizer(["hel", "lo", " wor", "ld"])),
+    }
     scan = corpus_scan(pair_view("hello world, hello world", vocabs))
     html = corpus_html(scan, word_agreement(vocabs, ["hello", "world", "a"]), vocab_overlap(vocabs))
     assert "<script" not in html and "&lt;script&gt;" in html
     assert "break at least once: 2 distinct" in html  # "hello" and "world"
     assert "word-list agreement: 33.3% of 3 common English words" in html
-    assert "tokens in the corpus: &lt;script&gt;alert(1)&lt;/script&gt; 6, b 10" in html  # hello| world|,| |hello| world
+    assert (
+        "tokens in the corpus: &lt;script&gt;alert(1)&lt;/script&gt; 6, b 10" in html
+    )  # hello| world|,| |hello| world
 
 
 def test_no_inline_tokenizations_without_an_oov_like_token_or_specs():
@@ -89,7 +116,14 @@ def test_no_inline_tokenizations_without_an_oov_like_token_or_specs():
 @pytest.mark.real_models
 def test_every_example_shows_a_mismatch_and_the_same_split_shows_none():
     vocabs = load_vocabs(SPECS)
-    assert {e["label"] for e in EXAMPLES} >= {"rare place names", "numbers and symbols", "code", "emoji", "CJK", "mixed scripts"}
+    assert {e["label"] for e in EXAMPLES} >= {
+        "rare place names",
+        "numbers and symbols",
+        "code",
+        "emoji",
+        "CJK",
+        "mixed scripts",
+    }
     for example in EXAMPLES:
         assert sum(map(len, pair_view(example["text"], vocabs).oov_like.values())) > 0, example["label"]
     assert sum(map(len, pair_view(" Antananarivo", vocabs).oov_like.values())) == 0
@@ -107,7 +141,10 @@ def test_scan_handler_fills_the_tables_and_writes_the_csv(tmp_path):
     assert frame["breaks"].is_monotonic_decreasing and "Ouagadougou" in set(frame["span"])
     saved = pd.read_csv(out[tab.csv].value["path"], keep_default_na=False)
     assert saved["span"].tolist() == frame["span"].tolist()
-    assert list(out[tab.rates]["direction"]) == ["gemma-3-270m->smollm2-135m-instruct", "smollm2-135m-instruct->gemma-3-270m"]
+    assert list(out[tab.rates]["direction"]) == [
+        "gemma-3-270m->smollm2-135m-instruct",
+        "smollm2-135m-instruct->gemma-3-270m",
+    ]
     assert "word-list agreement: 94.2%" in out[tab.summary] and "vocabulary overlap" in out[tab.summary]
     with pytest.warns(UserWarning, match="paste a text"):  # gr.Warning outside a request
         bad = tab.scan("   ", None, "\n".join(SPECS))

@@ -8,7 +8,15 @@ import pytest
 from components import charts
 from components.settings import MAX_NEW_TOKENS, build, parse_specs
 from components.text import plot_label
-from components.transcript import LEGEND, compare_html, details_html, legend_html, metrics_html, status_html, transcript_html
+from components.transcript import (
+    LEGEND,
+    compare_html,
+    details_html,
+    legend_html,
+    metrics_html,
+    status_html,
+    transcript_html,
+)
 from components.view import RunView, TraceError, read_trace, save_trace, split_runs
 from safe_engine.errors import ConfigError, ModelSpecError
 from safe_engine.events import (
@@ -36,32 +44,73 @@ def _row(text, a, b, after=None):
 
 def synthetic_run(strategy="safe") -> list[dict]:
     """One run touching every event kind and every decision, with hostile token text."""
-    draft = [DraftToken(i, text, 0, 0, p, [Candidate(text, p), Candidate(EVIL, 0.01)])
-             for i, (text, p) in enumerate([(" Hi", 0.9), ("<b>", 0.4), (" there", 0.7), ("\n", 0.2), (" a", 0.3)])]
+    draft = [
+        DraftToken(i, text, 0, 0, p, [Candidate(text, p), Candidate(EVIL, 0.01)])
+        for i, (text, p) in enumerate([(" Hi", 0.9), ("<b>", 0.4), (" there", 0.7), ("\n", 0.2), (" a", 0.3)])
+    ]
     own = VerifierView(B, False, " x", 0.6, " x", True)
     events = [
-        RunStarted(strategy, A, [{"name": A, "role": "drafter"}, {"name": B, "role": "verifier"}], {A: EVIL, B: "p & q"}, {}),
+        RunStarted(
+            strategy, A, [{"name": A, "role": "drafter"}, {"name": B, "role": "verifier"}], {A: EVIL, B: "p & q"}, {}
+        ),
         TokensDrafted(1, A, draft),
         PositionVerified(1, 0, " Hi", 0, 3, [own], 0.75, "skipped-consensus", "unanimity"),
         PositionVerified(1, 1, "<b>", 3, 6, [VerifierView(B, True)], None, "skipped-oov", f"boundary missing for {B}"),
-        PositionVerified(1, 2, " there", 6, 12, [VerifierView(B, False, " there", 0.4, " x", False)], 0.55, "skipped-consensus", "mean>0.5"),
-        PositionVerified(1, 3, "\n", 12, 13, [VerifierView(B, False, "\n", 0.1, EVIL, False)], 0.15, "ensembled", "no consensus"),
+        PositionVerified(
+            1,
+            2,
+            " there",
+            6,
+            12,
+            [VerifierView(B, False, " there", 0.4, " x", False)],
+            0.55,
+            "skipped-consensus",
+            "mean>0.5",
+        ),
+        PositionVerified(
+            1, 3, "\n", 12, 13, [VerifierView(B, False, "\n", 0.1, EVIL, False)], 0.15, "ensembled", "no consensus"
+        ),
         EnsemblePoint(1, 3, "\n", "\n", False, "unite", None, [_row("\n", 0.2, 0.1), _row(EVIL, 0.1, 0.3)]),
-        PositionVerified(1, 4, " a", 13, 15, [VerifierView(B, False, " a", 0.1, EVIL, False)], 0.2, "ensembled", "no consensus"),
-        EnsemblePoint(1, 4, " a", EVIL, True, "unite", "heuristic", [_row(EVIL, 0.2, 0.5, 0.45), _row(" a", 0.3, 0.1, 0.2), _row(" a", 0.1, 0.1)]),
-        TextCommitted(1, " Hi<b> there\n" + EVIL, [
-            CommittedToken(" Hi", 0, 3, [0], "skipped-consensus", reason="unanimity"),
-            CommittedToken("<b>", 3, 6, [1], "skipped-oov", oov_like_for=[B]),
-            CommittedToken(" there", 6, 12, [2], "skipped-consensus", reason="mean>0.5"),
-            CommittedToken("\n", 12, 13, [3], "ensembled"),
-            CommittedToken(EVIL, 13, 38, [7, 8], "ensembled", drafted=" a", sharpened=True),
-        ], 1.2),
+        PositionVerified(
+            1, 4, " a", 13, 15, [VerifierView(B, False, " a", 0.1, EVIL, False)], 0.2, "ensembled", "no consensus"
+        ),
+        EnsemblePoint(
+            1,
+            4,
+            " a",
+            EVIL,
+            True,
+            "unite",
+            "heuristic",
+            [_row(EVIL, 0.2, 0.5, 0.45), _row(" a", 0.3, 0.1, 0.2), _row(" a", 0.1, 0.1)],
+        ),
+        TextCommitted(
+            1,
+            " Hi<b> there\n" + EVIL,
+            [
+                CommittedToken(" Hi", 0, 3, [0], "skipped-consensus", reason="unanimity"),
+                CommittedToken("<b>", 3, 6, [1], "skipped-oov", oov_like_for=[B]),
+                CommittedToken(" there", 6, 12, [2], "skipped-consensus", reason="mean>0.5"),
+                CommittedToken("\n", 12, 13, [3], "ensembled"),
+                CommittedToken(EVIL, 13, 38, [7, 8], "ensembled", drafted=" a", sharpened=True),
+            ],
+            1.2,
+        ),
         EnsemblePoint(2, 6, None, "<eos>", True, "unite", None, [_row("<eos>", 0.5, 0.6)]),
         TextCommitted(2, "", [CommittedToken("<eos>", 38, 38, [9], "ensembled", oov_like_for=[B])], 1.9),
-        RunFinished(" Hi<b> there\n" + EVIL, "eos", {
-            "tokens": 6, "wall_s": 2.0, "time_split": {"draft": 0.5, "verify": 1.0, "ensemble": 0.1, "retokenize": 0.1},
-            "forward": {A: {"passes": 5, "positions": 5, "seconds": 0.5}, B: {"passes": 1, "positions": 6, "seconds": 1.0}},
-        }),
+        RunFinished(
+            " Hi<b> there\n" + EVIL,
+            "eos",
+            {
+                "tokens": 6,
+                "wall_s": 2.0,
+                "time_split": {"draft": 0.5, "verify": 1.0, "ensemble": 0.1, "retokenize": 0.1},
+                "forward": {
+                    A: {"passes": 5, "positions": 5, "seconds": 0.5},
+                    B: {"passes": 1, "positions": 6, "seconds": 1.0},
+                },
+            },
+        ),
     ]
     return [e.to_dict() for e in events]
 
@@ -72,19 +121,40 @@ def view():
 
 
 def test_fold_matches_tokens_to_their_round_details(view):
-    assert [t.decision for t in view.tokens] == ["skipped-consensus", "skipped-oov", "skipped-consensus", "ensembled", "ensembled", "ensembled"]
+    assert [t.decision for t in view.tokens] == [
+        "skipped-consensus",
+        "skipped-oov",
+        "skipped-consensus",
+        "ensembled",
+        "ensembled",
+        "ensembled",
+    ]
     assert view.tokens[0].draft["p"] == 0.9 and view.tokens[0].verify["reason"] == "unanimity"
     assert view.tokens[3].point == 0 and not view.tokens[3].changed
     assert view.tokens[4].point == 1 and view.tokens[4].changed and view.tokens[4].drafted == " a"
     assert view.tokens[5].point == 2 and view.tokens[5].special  # after a two-id token, positions still line up
     m = view.metrics()
-    assert (m["tokens"], m["ensembled"], m["oov_skips"], m["consensus_skips"], m["replaced"], m["damaged"]) == (6, 3, 1, 2, 2, 1)
+    assert (m["tokens"], m["ensembled"], m["oov_skips"], m["consensus_skips"], m["replaced"], m["damaged"]) == (
+        6,
+        3,
+        1,
+        2,
+        2,
+        1,
+    )
     assert m["tokens_per_s"] == 3.0 and m["stop_reason"] == "eos"
 
 
 def test_every_status_gets_its_class_and_model_text_stays_text(view):
     html = transcript_html(view)
-    for cls in ('"tok cons"', '"tok oov"', '"tok cons mean"', '"tok ens"', '"tok ens repl sharp"', '"tok ens repl damage special"'):
+    for cls in (
+        '"tok cons"',
+        '"tok oov"',
+        '"tok cons mean"',
+        '"tok ens"',
+        '"tok ens repl sharp"',
+        '"tok ens repl damage special"',
+    ):
         assert f"class={cls}" in html
     assert "<script" not in html and "<b>" not in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
@@ -116,8 +186,16 @@ def test_details_legend_metrics_status_escape(view):
 
 
 def test_figures_are_valid_light_and_escaped(view):
-    figures = [charts.timeline(view), charts.progress(view), charts.union(view), charts.union(view, 0), charts.time_split(view),
-               charts.compare_bars([{"label": "safe", "wall_s": 1.0, "e_t": 0.1}, {"label": "per-token", "wall_s": 3.0, "e_t": 1.0}])]
+    figures = [
+        charts.timeline(view),
+        charts.progress(view),
+        charts.union(view),
+        charts.union(view, 0),
+        charts.time_split(view),
+        charts.compare_bars(
+            [{"label": "safe", "wall_s": 1.0, "e_t": 0.1}, {"label": "per-token", "wall_s": 3.0, "e_t": 1.0}]
+        ),
+    ]
     for fig in figures:
         go.Figure(fig.to_dict())  # the app skips Plotly's validation for speed; the tests do not
         assert fig.to_dict()["layout"]["template"] == {}
@@ -132,7 +210,13 @@ def test_figures_are_valid_light_and_escaped(view):
 def test_empty_run_shows_placeholders():
     empty = RunView()
     assert transcript_html(empty) == "" and "No run yet" in metrics_html(empty)
-    for fig in (charts.timeline(empty), charts.progress(empty), charts.union(empty), charts.time_split(empty), charts.compare_bars([])):
+    for fig in (
+        charts.timeline(empty),
+        charts.progress(empty),
+        charts.union(empty),
+        charts.time_split(empty),
+        charts.compare_bars([]),
+    ):
         go.Figure(fig.to_dict())
         assert fig.to_dict()["layout"]["annotations"]
 
@@ -154,8 +238,11 @@ def test_shipped_traces_replay_to_their_recorded_stats(trace, tmp_path):
 
 
 def test_bad_traces_say_why(tmp_path):
-    cases = {"not json": "line 1 of the trace is not JSON", '{"kind": "nope"}': "not an engine event",
-             '{"kind": "text_committed", "round": 1, "delta": "", "tokens": []}': "does not start with a run_started"}
+    cases = {
+        "not json": "line 1 of the trace is not JSON",
+        '{"kind": "nope"}': "not an engine event",
+        '{"kind": "text_committed", "round": 1, "delta": "", "tokens": []}': "does not start with a run_started",
+    }
     for text, message in cases.items():
         path = tmp_path / "t.jsonl"
         path.write_text(text + "\n")
@@ -163,9 +250,24 @@ def test_bad_traces_say_why(tmp_path):
             read_trace(path)
 
 
-FORM = dict(models_text="embedded:gemma-3-270m\nembedded:smollm2-135m-instruct", drafter=None, strategy="safe", max_new_tokens=16,
-            lookahead=5, top_k=10, sharpen="heuristic", sharpen_lambda=0.1, method="unite", safe_mode="exact",
-            draft_gate=0.3, per_token_commit="first-subtoken", gate="auto", temperature=0, top_p=1.0, seed=None)
+FORM = dict(
+    models_text="embedded:gemma-3-270m\nembedded:smollm2-135m-instruct",
+    drafter=None,
+    strategy="safe",
+    max_new_tokens=16,
+    lookahead=5,
+    top_k=10,
+    sharpen="heuristic",
+    sharpen_lambda=0.1,
+    method="unite",
+    safe_mode="exact",
+    draft_gate=0.3,
+    per_token_commit="first-subtoken",
+    gate="auto",
+    temperature=0,
+    top_p=1.0,
+    seed=None,
+)
 
 
 @pytest.mark.parametrize(
@@ -189,7 +291,9 @@ def test_bad_form_input_fails_before_loading(change, error, message):
 
 
 def test_good_form_input_builds_a_config():
-    specs, config = build(prompt="Hi", **(FORM | {"drafter": "embedded:smollm2-135m-instruct", "strategy": "per-token"}))
+    specs, config = build(
+        prompt="Hi", **(FORM | {"drafter": "embedded:smollm2-135m-instruct", "strategy": "per-token"})
+    )
     assert specs == parse_specs("embedded:gemma-3-270m, embedded:smollm2-135m-instruct")
     assert (config.drafter, config.strategy, config.max_new_tokens) == (1, "per-token", 16)
     three = "embedded:gemma-3-270m\nembedded:smollm2-135m-instruct\nembedded:smollm2-135m-instruct"  # one per line
@@ -206,7 +310,9 @@ def test_app_builds_and_rejects_a_bad_model_spec_before_launching(capsys):
     assert tabs == ["Ensemble live", "Compare", "Benchmark", "Replay", "Tokenizers"]
     assert app.main(["--models", "embedded:nope"]) == 2
     assert "unknown embedded model" in capsys.readouterr().err
-    assert app.main(["--cpu-int8", "--models", "embedded:nope"]) == 2  # the int8 flag parses; the bad spec still fails first
+    assert (
+        app.main(["--cpu-int8", "--models", "embedded:nope"]) == 2
+    )  # the int8 flag parses; the bad spec still fails first
 
 
 def test_app_says_so_when_its_port_is_taken(capsys):
@@ -224,24 +330,32 @@ def test_app_says_so_when_its_port_is_taken(capsys):
 
 def test_every_new_decision_reason_renders_and_explains_itself():
     """Engine runs that hit the reasons added with N models, GaC's gate, sampling and split characters."""
-    from safe_engine.decoding import DecodeConfig, decode
-    from safe_engine.ensemble import EnsembleConfig
-    from test_rules import ACCENT, GATE_DRAFTER, GATE_VERIFIER, INCORRECT_DRAFTER, INCORRECT_VERIFIER, P
     from scripted_models import scripted
+    from test_rules import ACCENT, GATE_DRAFTER, GATE_VERIFIER, INCORRECT_DRAFTER, INCORRECT_VERIFIER, P
 
     from components.transcript import why
+    from safe_engine.decoding import DecodeConfig, decode
+    from safe_engine.ensemble import EnsembleConfig
 
     inc = scripted("a", ["Inc", "orr", "ect", "!", "?"], INCORRECT_DRAFTER, P)
     runs = {
         "not scored": ([inc, scripted("b", ["Incorrect", "!", "?"], INCORRECT_VERIFIER, P), inc], DecodeConfig()),
-        "GaC's gate": ([scripted("a", [], GATE_DRAFTER, P), scripted("b", [], GATE_VERIFIER, P)],
-                       DecodeConfig(ensemble=EnsembleConfig(method="gac"))),
-        "kept with probability": ([scripted("a", [], {"": {"x": 1.0}}, P), scripted("b", [], {"": {"x": 1.0}}, P)],
-                                  DecodeConfig(temperature=1.0, seed=0)),
-        "the ensemble was sampled": ([scripted("a", [], {"": {"x": 1.0}}, P), scripted("b", [], {"": {"y": 1.0}}, P)],
-                                     DecodeConfig(temperature=1.0, seed=0, ensemble=EnsembleConfig(weights=(0.0, 1.0)))),
-        "middle of spelling a character": ([scripted("a", ["n"], ACCENT["drafter"], P), scripted("b", ["ễ", "n"], ACCENT["verifier"], P)],
-                                           DecodeConfig(strategy="per-token", ensemble=EnsembleConfig(weights=(0.4, 0.6)))),
+        "GaC's gate": (
+            [scripted("a", [], GATE_DRAFTER, P), scripted("b", [], GATE_VERIFIER, P)],
+            DecodeConfig(ensemble=EnsembleConfig(method="gac")),
+        ),
+        "kept with probability": (
+            [scripted("a", [], {"": {"x": 1.0}}, P), scripted("b", [], {"": {"x": 1.0}}, P)],
+            DecodeConfig(temperature=1.0, seed=0),
+        ),
+        "the ensemble was sampled": (
+            [scripted("a", [], {"": {"x": 1.0}}, P), scripted("b", [], {"": {"y": 1.0}}, P)],
+            DecodeConfig(temperature=1.0, seed=0, ensemble=EnsembleConfig(weights=(0.0, 1.0))),
+        ),
+        "middle of spelling a character": (
+            [scripted("a", ["n"], ACCENT["drafter"], P), scripted("b", ["ễ", "n"], ACCENT["verifier"], P)],
+            DecodeConfig(strategy="per-token", ensemble=EnsembleConfig(weights=(0.4, 0.6))),
+        ),
     }
     for phrase, (models, config) in runs.items():
         view = RunView.of([e.to_dict() for e in decode(models, P, config)])

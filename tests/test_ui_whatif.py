@@ -6,6 +6,8 @@ from types import SimpleNamespace
 
 import gradio as gr
 import pytest
+from test_ui_render import EVIL, synthetic_run
+from tiny_models import char_tokenizer, tiny_model_folder, unigram_tokenizer
 
 from components.panel import RunPanel
 from components.pool import ModelPool
@@ -15,8 +17,6 @@ from components.view import RunView, first_difference
 from components.whatif import BYTE_PIECE, CANDIDATES, Origin, WhatIf, branch_config, candidates
 from safe_engine.decoding import DecodeConfig, decode
 from safe_engine.errors import ConfigError
-from test_ui_render import EVIL, synthetic_run
-from tiny_models import char_tokenizer, tiny_model_folder, unigram_tokenizer
 
 PROMPT = "the cat sat on"
 WORDS = [" the", " cat", " sat", " on", " mat", " dog", " at", "the", "cat", "sat", "on", "ma", "t"]
@@ -61,15 +61,18 @@ def _tokens(texts: list[str], stop_reason: str | None) -> RunView:
     return view
 
 
-@pytest.mark.parametrize("a, b, a_done, b_done, expected", [
-    (["x", "y", "z"], ["x", "q"], "eos", None, 1),
-    (["x", "y"], ["x", "y"], "eos", None, None),  # the branch still runs
-    (["x", "y"], ["x", "y", "z"], "eos", None, 2),  # the original ended where the branch goes on
-    (["x", "y", "z"], ["x", "y"], "eos", None, None),  # the branch may still commit "z"
-    (["x", "y", "z"], ["x", "y"], "eos", "eos", 2),
-    (["x", "y", "z"], ["x", "y"], "eos", "stopped", None),  # stopping is not where a run ends
-    (["x", "y"], ["x", "y"], "max_new_tokens", "max_new_tokens", None),
-])
+@pytest.mark.parametrize(
+    "a, b, a_done, b_done, expected",
+    [
+        (["x", "y", "z"], ["x", "q"], "eos", None, 1),
+        (["x", "y"], ["x", "y"], "eos", None, None),  # the branch still runs
+        (["x", "y"], ["x", "y", "z"], "eos", None, 2),  # the original ended where the branch goes on
+        (["x", "y", "z"], ["x", "y"], "eos", None, None),  # the branch may still commit "z"
+        (["x", "y", "z"], ["x", "y"], "eos", "eos", 2),
+        (["x", "y", "z"], ["x", "y"], "eos", "stopped", None),  # stopping is not where a run ends
+        (["x", "y"], ["x", "y"], "max_new_tokens", "max_new_tokens", None),
+    ],
+)
 def test_first_difference(a, b, a_done, b_done, expected):
     assert first_difference(_tokens(a, a_done), _tokens(b, b_done)) == expected
 
@@ -127,10 +130,16 @@ def test_bad_branch_input_is_a_message_and_keeps_the_run(tab, specs):
     origin, original = _original(tab.pool, specs, DecodeConfig(max_new_tokens=6))
     shown = transcript_html(original)
     running = RunView.of(original.events[:-1])
-    spelled_by_chars = replace(origin, config=replace(origin.config, drafter=1))  # no byte fallback: "ß" has no spelling
-    cases = [(None, original, 2, "x", "no finished run to branch from"), (origin, running, 2, "x", "no finished run to branch from"),
-             (origin, original, None, "x", "pin a token"), (origin, original, 2, "", "pick a candidate or type"),
-             (spelled_by_chars, original, 2, "ß", "cannot spell")]
+    spelled_by_chars = replace(
+        origin, config=replace(origin.config, drafter=1)
+    )  # no byte fallback: "ß" has no spelling
+    cases = [
+        (None, original, 2, "x", "no finished run to branch from"),
+        (origin, running, 2, "x", "no finished run to branch from"),
+        (origin, original, None, "x", "pin a token"),
+        (origin, original, 2, "", "pick a candidate or type"),
+        (spelled_by_chars, original, 2, "ß", "cannot spell"),
+    ]
     for case_origin, view, index, text, message in cases:
         outputs = _branch(tab, case_origin, view, index, text)
         assert message in outputs[-1][tab.status] and "warn" in outputs[-1][tab.status]
@@ -165,9 +174,13 @@ def test_stop_ends_a_branch(tab, specs):
 
 def test_forcing_the_committed_text_marks_nothing(tab, specs):
     origin, original = _original(tab.pool, specs, DecodeConfig(max_new_tokens=6))
-    token = next(t for t in original.tokens if not BYTE_PIECE.search(t.text) and not t.special)  # a text, not a byte of one
+    token = next(
+        t for t in original.tokens if not BYTE_PIECE.search(t.text) and not t.special
+    )  # a text, not a byte of one
     outputs = _branch(tab, origin, original, token.index, token.text)
     branch = outputs[-1][tab.panel.view]
-    assert [t.text for t in branch.tokens] == [t.text for t in original.tokens] and branch.tokens[token.index].decision == "forced"
+    assert [t.text for t in branch.tokens] == [t.text for t in original.tokens] and branch.tokens[
+        token.index
+    ].decision == "forced"
     assert branch.diverge is original.diverge is None and " diverge" not in outputs[-1][tab.panel.transcript]
     assert "no token differs from the original" in outputs[-1][tab.status]

@@ -45,7 +45,13 @@ def char_tokenizer() -> PreTrainedTokenizerFast:
 
 
 def tiny_model_folder(
-    folder: Path, tokenizer, arch: str = "llama", seed: int = 0, sliding_window: int = 8, extra_rows: int = 0, layers: int = 2
+    folder: Path,
+    tokenizer,
+    arch: str = "llama",
+    seed: int = 0,
+    sliding_window: int = 8,
+    extra_rows: int = 0,
+    layers: int = 2,
 ) -> Path:
     """Save a random-weight causal LM with peaky output distributions (clear argmaxes) and its tokenizer.
 
@@ -68,7 +74,12 @@ def tiny_model_folder(
         initializer_range=0.3,
     )
     if arch == "gemma3":
-        config = Gemma3TextConfig(**common, head_dim=8, sliding_window=sliding_window, layer_types=["sliding_attention", "full_attention"][:layers])
+        config = Gemma3TextConfig(
+            **common,
+            head_dim=8,
+            sliding_window=sliding_window,
+            layer_types=["sliding_attention", "full_attention"][:layers],
+        )
     else:
         config = LlamaConfig(**common)
     torch.manual_seed(seed)

@@ -10,6 +10,18 @@ from .store import load_results, load_settings
 from .tasks import Example, builtin_tasks, load_task
 
 __all__ = [
-    "DEFAULT_STRATEGIES", "SCORERS", "STYLES", "Bench", "Example", "answer_span", "build_prompt", "builtin_tasks",
-    "load_results", "load_settings", "load_task", "run_example", "score", "strategy_labels",
+    "DEFAULT_STRATEGIES",
+    "SCORERS",
+    "STYLES",
+    "Bench",
+    "Example",
+    "answer_span",
+    "build_prompt",
+    "builtin_tasks",
+    "load_results",
+    "load_settings",
+    "load_task",
+    "run_example",
+    "score",
+    "strategy_labels",
 ]

@@ -16,13 +16,16 @@ _KIND = {"numeric": "numeric", "choice": "choice", "exact": "text", "contains": 
 TEMPLATES = {
     ("numeric", "direct"): "Question: {question}\nAnswer with a number only.\nAnswer:",
     ("numeric", "cot"): "{question}\nPlease reason step by step, and put your final answer within \\boxed{{}}.",
-    ("choice", "direct"): "Question: {question}\n{choices}\nAnswer with the letter of the correct option only.\nAnswer:",
+    (
+        "choice",
+        "direct",
+    ): "Question: {question}\n{choices}\nAnswer with the letter of the correct option only.\nAnswer:",
     ("choice", "cot"): (
-        "{question}\n{choices}\nProvide your step-by-step reasoning first, and then print \"The answer is (X)\" "
+        '{question}\n{choices}\nProvide your step-by-step reasoning first, and then print "The answer is (X)" '
         "where X is the answer choice (one capital letter), at the end of your response."
     ),
     ("text", "direct"): "Question: {question}\nAnswer:",
-    ("text", "cot"): "{question}\nThink step by step, then finish with \"The answer is: \" and the answer.",
+    ("text", "cot"): '{question}\nThink step by step, then finish with "The answer is: " and the answer.',
 }
 
 

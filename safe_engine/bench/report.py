@@ -7,8 +7,8 @@ median is reported, so one slow outlier on a shared machine does not move the nu
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import pandas as pd
 import plotly.express as px
@@ -58,16 +58,44 @@ def report_figures(records: Sequence[dict], drafter: str) -> dict[str, go.Figure
     ensembling = summary[~summary["strategy"].astype(str).str.startswith("single:")]
     hover = ["task", "id", "answer", "gold"]
     return {
-        "accuracy": px.bar(summary, x="strategy", y="accuracy", color="task", barmode="group",
-                           title="Accuracy per strategy", range_y=[0, 1]),
-        "e_t": px.bar(ensembling, x="task", y="mean_e_t", color="strategy", barmode="group",
-                      title="Tokens ensembled (E/T) per task", range_y=[0, 1], labels={"mean_e_t": "E/T"}),
-        "latency": px.scatter(df, x="tokens", y="wall_s", color="strategy", hover_data=hover,
-                              title="Latency vs output length",
-                              labels={"tokens": "output tokens", "wall_s": "wall time (s)"}),
-        "examples": px.scatter(df, x="e_t", y="wall_ratio", color="strategy", symbol="correct", hover_data=hover,
-                               title="Per example: E/T vs wall time relative to the drafter alone",
-                               labels={"e_t": "E/T", "wall_ratio": f"wall time / single:{drafter}"}),
+        "accuracy": px.bar(
+            summary,
+            x="strategy",
+            y="accuracy",
+            color="task",
+            barmode="group",
+            title="Accuracy per strategy",
+            range_y=[0, 1],
+        ),
+        "e_t": px.bar(
+            ensembling,
+            x="task",
+            y="mean_e_t",
+            color="strategy",
+            barmode="group",
+            title="Tokens ensembled (E/T) per task",
+            range_y=[0, 1],
+            labels={"mean_e_t": "E/T"},
+        ),
+        "latency": px.scatter(
+            df,
+            x="tokens",
+            y="wall_s",
+            color="strategy",
+            hover_data=hover,
+            title="Latency vs output length",
+            labels={"tokens": "output tokens", "wall_s": "wall time (s)"},
+        ),
+        "examples": px.scatter(
+            df,
+            x="e_t",
+            y="wall_ratio",
+            color="strategy",
+            symbol="correct",
+            hover_data=hover,
+            title="Per example: E/T vs wall time relative to the drafter alone",
+            labels={"e_t": "E/T", "wall_ratio": f"wall time / single:{drafter}"},
+        ),
     }
 
 
@@ -91,6 +119,8 @@ def write_report(out_dir) -> pd.DataFrame:
 
 def _settings_line(settings: dict) -> str:
     decode = settings["decode"]
-    return (f"models {', '.join(settings['models'])}; drafter {settings['drafter']}; {settings['style']} prompts; "
-            f"max {decode['max_new_tokens']} new tokens; lookahead {decode['lookahead']}; "
-            f"SAFE mode {decode['safe_mode']}; ensemble {decode['ensemble']['method']}")
+    return (
+        f"models {', '.join(settings['models'])}; drafter {settings['drafter']}; {settings['style']} prompts; "
+        f"max {decode['max_new_tokens']} new tokens; lookahead {decode['lookahead']}; "
+        f"SAFE mode {decode['safe_mode']}; ensemble {decode['ensemble']['method']}"
+    )

@@ -8,8 +8,8 @@ All strategies of one example run back to back, so an interrupted benchmark stil
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, replace
-from typing import Iterator, Sequence
 
 from ..compare import comparison_plan, summarize, warm_up
 from ..decoding import DecodeConfig, decode
@@ -39,8 +39,15 @@ def strategy_labels(requested: Sequence[str], model_names: Sequence[str], drafte
 class Bench:
     """One benchmark over an output folder; `done`/`total` count runs, including those resumed."""
 
-    def __init__(self, models: Sequence[LoadedModel], examples: Sequence[Example], config: DecodeConfig,
-                 labels: Sequence[str], out_dir, style: str = "direct"):
+    def __init__(
+        self,
+        models: Sequence[LoadedModel],
+        examples: Sequence[Example],
+        config: DecodeConfig,
+        labels: Sequence[str],
+        out_dir,
+        style: str = "direct",
+    ):
         self.models, self.style, self.out_dir = list(models), style, out_dir
         self.config = config
         self.drafter = self.models[config.drafter].name
@@ -79,8 +86,14 @@ class Bench:
                 yield record
 
 
-def run_example(example: Example, label: str, models: Sequence[LoadedModel], config: DecodeConfig, style: str,
-                stop: threading.Event | None = None) -> dict | None:
+def run_example(
+    example: Example,
+    label: str,
+    models: Sequence[LoadedModel],
+    config: DecodeConfig,
+    style: str,
+    stop: threading.Event | None = None,
+) -> dict | None:
     """Decode one prompt with one strategy and score it; None when `stop` was set meanwhile."""
     prompt = build_prompt(example, style)
     config = replace(config, stop=config.stop + STOPS[style])
