@@ -147,10 +147,13 @@ def report(args) -> None:
         f"# Collapse search: where per-token ensembling breaks ({len(prompts)} prompts)",
         "",
         "Produced by `python benchmarks/collapse_search.py` on the embedded pair (Gemma-3-270M drafts, "
-        f"SmolLM2-135M verifies), greedy, at most {args.max_new_tokens} new tokens per run. A run is *degenerate* when its longest token run ≥ 8, longest line run ≥ 4, "
+        f"SmolLM2-135M verifies), greedy, at most {args.max_new_tokens} new tokens per run. "
+        "A run is *degenerate* when its longest token run ≥ 8, longest line run ≥ 4, "
         "repeated 4-gram rate ≥ 0.5 or whitespace share ≥ 0.3 (`safe_engine/damage.py`).",
         "",
-        "| strategy | degenerate | median severity | median repeated 4-grams | drafter's non-canonical context (most in a run): mean / runs ≥ 20 / runs ≥ 100 | median KL (nats) | outputs with U+FFFD |",
+        "| strategy | degenerate | median severity | median repeated 4-grams "
+        "| drafter's non-canonical context (most in a run): mean / runs ≥ 20 / runs ≥ 100 "
+        "| median KL (nats) | outputs with U+FFFD |",
         "|---|---|---|---|---|---|---|",
     ]
     for label in labels:
@@ -159,9 +162,11 @@ def report(args) -> None:
         context = [drafter_damage(r, "non_canonical_max") for r in runs]
         kl = f"{statistics.median(kls):.3f} ({len(kls)} runs measured)" if kls else "—"
         lines.append(
-            f"| {label} | {sum(r['degenerate'] for r in runs)} of {len(runs)} | {statistics.median(r['severity'] for r in runs):.2f} | "
+            f"| {label} | {sum(r['degenerate'] for r in runs)} of {len(runs)} "
+            f"| {statistics.median(r['severity'] for r in runs):.2f} | "
             f"{statistics.median(r['damage']['degeneration']['repeated_4gram_rate'] for r in runs):.2f} | "
-            f"{statistics.mean(context):.1f} / {sum(c >= 20 for c in context)} / {sum(c >= 100 for c in context)} | {kl} | "
+            f"{statistics.mean(context):.1f} / {sum(c >= 20 for c in context)} / {sum(c >= 100 for c in context)} "
+            f"| {kl} | "
             f"{sum(r['damage']['degeneration']['replacement_chars'] > 0 for r in runs)} |"
         )
     kinds = sorted({runs["safe"]["kind"] for runs in prompts.values()})
@@ -183,20 +188,24 @@ def report(args) -> None:
     lines += [
         "",
         (
-            "Clearest cases: first where per-token left its drafter more non-canonical context than SAFE did, each group by "
+            "Clearest cases: first where per-token left its drafter more non-canonical context than SAFE did, "
+            "each group by "
             "score = per-token severity minus the worst of SAFE and the singles:"
         ),
         "",
-        "| prompt | kind | score | per-token | per-token-full | SAFE | singles | drafter non-canonical: per-token / SAFE |",
+        "| prompt | kind | score | per-token | per-token-full | SAFE | singles "
+        "| drafter non-canonical: per-token / SAFE |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for score, pid in order[:15]:
         runs = prompts[pid]
         singles = " / ".join(f"{r['severity']:.2f}" for label, r in runs.items() if label.startswith("single:"))
         lines.append(
-            f"| {pid}: {runs['safe']['prompt'][:60]} | {runs['safe']['kind']} | {score:+.2f} | {runs['per-token']['severity']:.2f} | "
+            f"| {pid}: {runs['safe']['prompt'][:60]} | {runs['safe']['kind']} | {score:+.2f} "
+            f"| {runs['per-token']['severity']:.2f} | "
             f"{runs['per-token-full']['severity']:.2f} | {runs['safe']['severity']:.2f} | {singles} | "
-            f"{drafter_damage(runs['per-token'], 'non_canonical_max')} / {drafter_damage(runs['safe'], 'non_canonical_max')} |"
+            f"{drafter_damage(runs['per-token'], 'non_canonical_max')} "
+            f"/ {drafter_damage(runs['safe'], 'non_canonical_max')} |"
         )
     Path(args.report).parent.mkdir(parents=True, exist_ok=True)
     Path(args.report).write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -225,7 +234,8 @@ def ship(args, prompts: dict[str, dict[str, dict]], chosen: list[str]) -> None:
         )
         p = prompts[pid]
         print(
-            f"shipped {target.name}: per-token severity {p['per-token']['severity']:.2f}, SAFE {p['safe']['severity']:.2f}",
+            f"shipped {target.name}: per-token severity {p['per-token']['severity']:.2f}, "
+            f"SAFE {p['safe']['severity']:.2f}",
             file=sys.stderr,
         )
 

@@ -123,7 +123,8 @@ def main() -> None:
             rows.append(row)
             t = row["s_per_token"]
             print(
-                f"| {set_name} | {prompt[:38]} | drafter {1 / t['drafter']:.1f} tok/s | SAFE/drafter {t['safe'] / t['drafter']:.2f} | "
+                f"| {set_name} | {prompt[:38]} | drafter {1 / t['drafter']:.1f} tok/s "
+                f"| SAFE/drafter {t['safe'] / t['drafter']:.2f} | "
                 f"per-token/SAFE {t['per-token'] / t['safe']:.2f} | SAFE E/T {row['e_t']['safe']:.0%} |",
                 flush=True,
             )

@@ -26,7 +26,8 @@ HOSTILE = [
     "😀👍🏽 👩‍👩‍👧‍👦 🏳️‍🌈 🇯🇵🇫🇷 1️⃣ #️⃣ ❤️ ☺︎ 🧑🏿‍🚀",
     "𓀀 ꙮ 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 🀄 \U0010fffd \ue000",
     # combining marks: decomposed accents, stacked marks, Indic vowel signs
-    "cafe\u0301 nai\u0308ve Z\u0324\u0354\u0367\u0311\u0313a\u0308\u0356\u032d\u0308\u0307l\u036e\u0312\u036bo\u0328\u0317\u033b\u030a",
+    "cafe\u0301 nai\u0308ve Z\u0324\u0354\u0367\u0311\u0313a\u0308\u0356\u032d\u0308\u0307"
+    "l\u036e\u0312\u036bo\u0328\u0317\u033b\u030a",
     "\u0301 starts with a combining mark; e\u0301\u0301\u0301\u0301\u0301 many",
     # right-to-left text, bidi marks
     "مرحبا بالعالم. שלום עולם! abc אבג 123 \u200fRTL mark\u200e \u202eoverride\u202c",
