@@ -98,7 +98,8 @@ class TokenizersTab:
         except SafeEngineError as exc:
             return problem(self.status, exc, "compare the tokenizers")
         summary = status_html(
-            "Green boundaries: every model cuts there; dashed orange: only some do. Hover a token for its ids and offsets."
+            "Green boundaries: every model cuts there; dashed orange: only some do. "
+            "Hover a token for its ids and offsets."
         )
         return {
             self.status: summary,
