@@ -184,9 +184,10 @@ class BenchmarkTab:
                         self.csv = gr.DownloadButton("Summary (CSV)", interactive=False, elem_id="bench-csv")
                 with gr.Column(scale=3):
                     self.status = gr.HTML(status_html(READY), elem_id="bench-status")
-                    self.table = gr.Dataframe(
-                        label="Summary per task and strategy", interactive=False, visible=False, elem_id="bench-table"
-                    )
+                    with gr.Column(visible=False) as self.tables:  # opened when there are results to show
+                        self.table = gr.Dataframe(
+                            label="Summary per task and strategy", interactive=False, elem_id="bench-table"
+                        )
                     self.plots = {}
                     for pair in (("accuracy", "e_t"), ("latency", "examples")):
                         with gr.Row():
@@ -196,7 +197,7 @@ class BenchmarkTab:
                                     show_label=False,
                                     elem_id=f"bench-{name.replace('_', '-')}",
                                 )
-        results = [self.status, self.table, *self.plots.values(), self.html, self.csv]
+        results = [self.status, self.tables, self.table, *self.plots.values(), self.html, self.csv]
         run.click(
             self.run,
             [tasks, upload, strategies, limit, max_new, style, self.out, *form.inputs],
@@ -264,7 +265,7 @@ class BenchmarkTab:
         )
 
     def _shown(self, table: pd.DataFrame, figures: dict | None) -> dict:
-        return {self.table: gr.Dataframe(table, visible=True)} | (
+        return {self.tables: gr.Column(visible=True), self.table: table} | (
             {self.plots[name]: figures[name] for name in self.plots} if figures else {}
         )
 

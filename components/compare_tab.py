@@ -89,14 +89,23 @@ class CompareTab:
                     self.grid = gr.HTML(compare_html([]), elem_id="compare-grid")
                     self.damage = gr.Plot(charts.damage([]), show_label=False, elem_id="compare-damage")
                     self.measured = gr.HTML(NOT_MEASURED, elem_id="compare-measured")
-                    self.table = gr.Dataframe(
-                        label="Metrics", interactive=False, visible=False, elem_id="compare-table"
-                    )
+                    with gr.Column(visible=False) as self.tables:  # opened when the first run finishes
+                        self.table = gr.Dataframe(label="Metrics", interactive=False, elem_id="compare-table")
                     self.bars = gr.Plot(charts.compare_bars([]), show_label=False, elem_id="compare-bars")
         run.click(
             self.run,
             [self.prompt, *form.inputs],
-            [self.status, self.grid, self.damage, self.measured, self.table, self.bars, self.csv, self.trace],
+            [
+                self.status,
+                self.grid,
+                self.damage,
+                self.measured,
+                self.tables,
+                self.table,
+                self.bars,
+                self.csv,
+                self.trace,
+            ],
             api_name="compare",
             **MODELS_QUEUE,
         )
@@ -159,7 +168,8 @@ class CompareTab:
         path = Path(tempfile.mkdtemp(prefix="safe-metrics-")) / "comparison-metrics.csv"
         frame.to_csv(path, index=False)
         return {
-            self.table: gr.Dataframe(frame, visible=True),
+            self.tables: gr.Column(visible=True),
+            self.table: frame,
             self.bars: charts.compare_bars(summaries),
             self.damage: charts.damage(list(views.items())),
             self.measured: measured_html(summaries, views, drafter),

@@ -145,7 +145,7 @@ def _fmt(value, spec: str, unit: str = "") -> str:
 
 def metrics_html(view: RunView) -> str:
     if not view.started:
-        return '<div class="metrics empty">No run yet.</div>'
+        return '<div class="metrics empty">No run yet: its numbers and damage appear here once it starts.</div>'
     m = view.metrics()
     cards = [
         ("tokens", str(m["tokens"])),
