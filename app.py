@@ -1,4 +1,5 @@
-"""SAFE Ensemble Studio, the web app: ``python app.py [--host 127.0.0.1] [--port 7860] [--models SPEC ...] [--cpu-int8] [--share]``.
+"""SAFE Ensemble Studio, the web app:
+``python app.py [--host 127.0.0.1] [--port 7860] [--models SPEC ...] [--cpu-int8] [--share]``.
 
 Models load on the first run, once per process, and are shared by every browser tab; everything a tab
 shows lives in that tab's session state. The UI only consumes the engine's events.
@@ -22,6 +23,7 @@ from components.compare_tab import CompareTab  # noqa: E402
 from components.live_tab import LiveTab  # noqa: E402
 from components.pool import ModelPool  # noqa: E402
 from components.replay_tab import ReplayTab, shipped_traces  # noqa: E402
+from components.runner import Runner  # noqa: E402
 from components.stops import Stops  # noqa: E402
 from components.tokenizers_tab import TokenizersTab  # noqa: E402
 from safe_engine.errors import SafeEngineError  # noqa: E402
@@ -39,13 +41,13 @@ recorded run while the models load."""
 
 def build_demo(specs: Sequence[str] = DEFAULT_MODELS, pool: ModelPool | None = None) -> gr.Blocks:
     examples = json.loads((ASSETS / "examples.json").read_text(encoding="utf-8"))
-    pool, stops = pool or ModelPool(), Stops()
+    runner = Runner(pool or ModelPool(), Stops())
     with gr.Blocks(title="SAFE Ensemble Studio", analytics_enabled=False) as demo:
         gr.Markdown(INTRO)
         with gr.Tabs():
-            live = LiveTab(pool, stops, list(specs), examples)
-            CompareTab(pool, stops, live.form, examples)
-            BenchmarkTab(pool, stops, live.form)
+            live = LiveTab(runner, list(specs), examples)
+            CompareTab(runner, live.form, examples)
+            BenchmarkTab(runner, live.form)
             ReplayTab(shipped_traces(ASSETS / "traces"))
             TokenizersTab(live.models, json.loads((ASSETS / "tokenizer_examples.json").read_text(encoding="utf-8")))
     return demo
@@ -72,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--cpu-int8",
         action="store_true",
-        help="load every model with int8 weights on the CPU (about 5× as fast here, a third less accurate on the README's benchmark)",
+        help="load every model with int8 weights on the CPU: faster and less accurate (the README has the numbers)",
     )
     parser.add_argument("--share", action="store_true", help="also open a public Gradio share link")
     args = parser.parse_args(argv)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import gradio as gr
@@ -32,9 +32,7 @@ from safe_engine.errors import ConfigError, SafeEngineError
 from safe_engine.models import resolve_spec
 
 from . import charts, settings
-from .pool import ModelPool
-from .runner import Throttle, load, problem, stopper, user_message
-from .stops import Stops
+from .runner import MODELS_QUEUE, Runner, problem
 from .transcript import status_html
 
 STRATEGIES = ("singles", "single", "per-token", "safe")
@@ -67,11 +65,7 @@ def plan(
     max_new_tokens,
     style: str,
     out_dir: str,
-    models_text: str,
-    drafter: str | None,
-    _strategy,
-    _max_new,
-    *decoding,
+    live: settings.RunSettings,
 ) -> Plan:
     """The bench form plus the Live tab's (whose strategy and length this tab sets itself), checked before
     anything loads; raises a SafeEngineError the page can show as is."""
@@ -83,7 +77,7 @@ def plan(
     if limit is None or limit != int(limit) or not 1 <= limit <= MAX_LIMIT:
         raise ConfigError(f"the limit must be a whole number from 1 to {MAX_LIMIT}")
     strategy = "safe" if {"per-token", "safe"} & set(strategies) else "single"
-    specs, config = settings.decoding(models_text, drafter, strategy, max_new_tokens, *decoding)
+    specs, config = settings.decoding(replace(live, strategy=strategy, max_new_tokens=max_new_tokens))
     labels = strategy_labels(strategies, [resolve_spec(spec).short_name for spec in specs], config.drafter)
     examples = [e for source in sources for e in load_task(source, int(limit))]
     names = list(dict.fromkeys(e.task for e in examples))
@@ -141,8 +135,8 @@ def report_files(out_dir: Path) -> tuple[str | None, str | None]:
 
 
 class BenchmarkTab:
-    def __init__(self, pool: ModelPool, stops: Stops, form: list):
-        self.pool, self.stops = pool, stops
+    def __init__(self, runner: Runner, form: settings.Form):
+        self.runner, self.form = runner, form
         names = builtin_tasks()
         with gr.Tab("Benchmark", id="bench"):
             with gr.Row():
@@ -190,9 +184,10 @@ class BenchmarkTab:
                         self.csv = gr.DownloadButton("Summary (CSV)", interactive=False, elem_id="bench-csv")
                 with gr.Column(scale=3):
                     self.status = gr.HTML(status_html(READY), elem_id="bench-status")
-                    self.table = gr.Dataframe(
-                        label="Summary per task and strategy", interactive=False, elem_id="bench-table"
-                    )
+                    with gr.Column(visible=False) as self.tables:  # opened when there are results to show
+                        self.table = gr.Dataframe(
+                            label="Summary per task and strategy", interactive=False, elem_id="bench-table"
+                        )
                     self.plots = {}
                     for pair in (("accuracy", "e_t"), ("latency", "examples")):
                         with gr.Row():
@@ -202,16 +197,15 @@ class BenchmarkTab:
                                     show_label=False,
                                     elem_id=f"bench-{name.replace('_', '-')}",
                                 )
-        results = [self.status, self.table, *self.plots.values(), self.html, self.csv]
+        results = [self.status, self.tables, self.table, *self.plots.values(), self.html, self.csv]
         run.click(
             self.run,
-            [tasks, upload, strategies, limit, max_new, style, self.out, *form],
+            [tasks, upload, strategies, limit, max_new, style, self.out, *form.inputs],
             results,
-            concurrency_id="models",
-            concurrency_limit=1,
             api_name="bench",
+            **MODELS_QUEUE,
         )
-        stop.click(stopper(stops), None, None, queue=False, api_visibility="private")
+        runner.stop_button(stop, api_visibility="private")
         show.click(self.show, [self.out], results, api_visibility="private")
 
     def show(self, out_dir: str) -> dict:
@@ -222,58 +216,58 @@ class BenchmarkTab:
             return problem(self.status, exc, "show the folder")
         return {self.status: status_html(f"Showing {where}.")} | self._shown(table, figures) | self._downloads(out)
 
-    def run(self, request: gr.Request, *form):
-        try:
-            chosen = plan(*form)
-        except SafeEngineError as exc:
-            yield problem(self.status, exc, "start the benchmark")
-            return
-        loaded = yield from load(
-            self.pool, self.stops, self.status, request.session_hash, chosen.specs, "start the benchmark"
-        )
-        if loaded is None:
-            return
-        models, flag = loaded
-        try:
+    def run(self, request: gr.Request, tasks, upload, strategies, limit, max_new, style, out_dir, *values):
+        records: list[dict] = []
+        bench: Bench | None = None
+        resumed, started = 0, 0.0  # runs already in the folder; when this session's runs began
+
+        def check():
+            chosen = plan(tasks, upload, strategies, limit, max_new, style, out_dir, self.form.read(values))
+            return chosen.specs, chosen
+
+        def start(models, chosen: Plan, flag):
+            nonlocal bench, resumed, started
             bench = Bench(models, chosen.examples, chosen.config, chosen.labels, chosen.out_dir, chosen.style)
-        except (SafeEngineError, OSError) as exc:
-            self.stops.disarm(request.session_hash, flag)
-            yield problem(self.status, exc, "start the benchmark")
-            return
-        records, clock, started, resumed = load_results(chosen.out_dir), Throttle(), time.monotonic(), bench.done
-        yield {
-            self.status: status_html(f"Running: {progress_line(bench.done, bench.total, 0, 0)}…", "busy"),
-            self.html: gr.DownloadButton(interactive=False),
-            self.csv: gr.DownloadButton(interactive=False),
-        }
-        try:
-            for record in bench.run(flag):
-                records.append(record)
-                line = progress_line(bench.done, bench.total, bench.done - resumed, time.monotonic() - started)
-                figures = report_figures(records, bench.drafter) if clock.due() else None
-                yield {
-                    self.status: status_html(
-                        f"Running: {line}. Last: {record['task']}/{record['id']} {record['strategy']}.", "busy"
-                    )
-                } | self._shown(summary(records, bench.drafter), figures)
-            outcome = status_html(
-                f"{'Stopped' if flag.is_set() else 'Done'}: {bench.done} of {bench.total} runs in {chosen.out_dir}."
-            )
-        except Exception as exc:  # finished runs are on disk; say what happened
-            outcome = status_html(
-                f"The benchmark broke off: {user_message(exc)}. Finished runs are kept in {chosen.out_dir}.", "error"
-            )
-        finally:
-            self.stops.disarm(request.session_hash, flag)
-        if not records:
-            yield {self.status: outcome}
-            return
-        write_report(chosen.out_dir)
-        table, figures, _ = folder_view(chosen.out_dir)
-        yield {self.status: outcome} | self._shown(table, figures) | self._downloads(chosen.out_dir)
+            records.extend(load_results(chosen.out_dir))
+            resumed, started = bench.done, time.monotonic()
+            first = {
+                self.status: status_html(f"Running: {progress_line(bench.done, bench.total, 0, 0)}…", "busy"),
+                self.html: gr.DownloadButton(interactive=False),
+                self.csv: gr.DownloadButton(interactive=False),
+            }
+            return bench.run(flag), first
+
+        def step(record: dict, pace) -> dict:
+            records.append(record)
+            line = progress_line(bench.done, bench.total, bench.done - resumed, time.monotonic() - started)
+            figures = report_figures(records, bench.drafter) if pace.charts() else None
+            running = f"Running: {line}. Last: {record['task']}/{record['id']} {record['strategy']}."
+            return {self.status: status_html(running, "busy")} | self._shown(summary(records, bench.drafter), figures)
+
+        def finish(broke_off: str | None, stopped: bool) -> dict:
+            where = bench.out_dir
+            if broke_off is None:
+                outcome = status_html(
+                    f"{'Stopped' if stopped else 'Done'}: {bench.done} of {bench.total} runs in {where}."
+                )
+            else:
+                outcome = status_html(
+                    f"The benchmark broke off: {broke_off}. Finished runs are kept in {where}.", "error"
+                )
+            if not records:
+                return {self.status: outcome}
+            write_report(where)
+            table, figures, _ = folder_view(where)
+            return {self.status: outcome} | self._shown(table, figures) | self._downloads(where)
+
+        yield from self.runner.stream(
+            request.session_hash, self.status, "start the benchmark", check, start, step, finish
+        )
 
     def _shown(self, table: pd.DataFrame, figures: dict | None) -> dict:
-        return {self.table: table} | ({self.plots[name]: figures[name] for name in self.plots} if figures else {})
+        return {self.tables: gr.Column(visible=True), self.table: table} | (
+            {self.plots[name]: figures[name] for name in self.plots} if figures else {}
+        )
 
     def _downloads(self, out_dir: Path) -> dict:
         html, csv = report_files(out_dir)

@@ -68,7 +68,8 @@ def placeholder(title: str, note: str = "appears when a run starts") -> go.Figur
     )
 
 
-def _top(candidates: list[dict]) -> str:
+def _top_k_lines(candidates: list[dict]) -> str:
+    """A top-k list as hover lines: text and p, one candidate a line."""
     return "<br>".join(f"{plot_label(c['text'])}  {c['p']:.3f}" for c in candidates)
 
 
@@ -93,8 +94,10 @@ def timeline(view: RunView) -> go.Figure:
             "marker": {"size": 5},
             "x": [t.index for t in drafted],
             "y": [t.draft["p"] for t in drafted],
-            "customdata": [[plot_label(t.text), _top(t.draft["top_k"])] for t in drafted],
-            "hovertemplate": "#%{x} %{customdata[0]}<br>drafter p %{y:.3f}<br><br>drafter top-k:<br>%{customdata[1]}<extra></extra>",
+            "customdata": [[plot_label(t.text), _top_k_lines(t.draft["top_k"])] for t in drafted],
+            "hovertemplate": (
+                "#%{x} %{customdata[0]}<br>drafter p %{y:.3f}<br><br>drafter top-k:<br>%{customdata[1]}<extra></extra>"
+            ),
         },
         {
             "type": "scatter",
@@ -345,7 +348,9 @@ def damage(runs: list[tuple[str, RunView]]) -> go.Figure:
                 "marker": {"color": color, "symbol": symbol, "size": 6},
                 "x": [x for x, _ in own],
                 "y": [m["non_canonical"] for _, m in own],
-                "hovertemplate": f"{name}<br>%{{x}} tokens: %{{y}} non-canonical in {plot_label(drafter)}'s context<extra></extra>",
+                "hovertemplate": (
+                    f"{name}<br>%{{x}} tokens: %{{y}} non-canonical in {plot_label(drafter)}'s context<extra></extra>"
+                ),
             }
         )
         data.append(

@@ -5,6 +5,8 @@ a latency / E/T chart, how the mechanism works, and what this comparison measure
 from __future__ import annotations
 
 import tempfile
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import gradio as gr
@@ -12,16 +14,16 @@ import pandas as pd
 
 from safe_engine.compare import ratios, run_comparison, summarize
 from safe_engine.damage import degenerate
+from safe_engine.decoding import DecodeConfig
 
-from . import charts
-from .pool import ModelPool
-from .runner import Throttle, prepare, stopper, user_message
-from .stops import Stops
+from . import charts, settings
+from .runner import MODELS_QUEUE, Runner
 from .text import esc
 from .transcript import compare_html, degeneration_text, legend_html, status_html
 from .view import RunView, save_trace
 
-EXPLANATION = """
+DEFAULTS = DecodeConfig()
+EXPLANATION = f"""
 ### Why per-token ensembling can fail, and what SAFE checks
 
 **Different tokenizers cut the same text differently.** A rare name may be one token for one model
@@ -33,8 +35,8 @@ appended, so its context can become **non-canonical**: ids its own tokenizer wou
 that text. How far that moves its next-token distribution is the **KL** to the distribution after its
 own tokenization. Where this damage piles up, outputs can drift or repeat (the degeneration columns).
 
-**SAFE ensembles only where it is safe and needed.** The drafter drafts a few tokens (up to five,
-stopping right after one it gave p < 0.3, the draft gate). Then, for
+**SAFE ensembles only where it is safe and needed.** The drafter drafts a few tokens (by default up to
+{DEFAULTS.lookahead}, stopping right after one it gave p < {DEFAULTS.draft_gate}, the draft gate). Then, for
 each drafted token, SAFE checks two things:
 
 1. **Is it safe?** Every verifier's own tokenization of the same text must have a token boundary
@@ -49,9 +51,15 @@ What that costs and what it avoids on *this* prompt is measured on the right, un
 """
 
 
+NOT_MEASURED = (
+    '<p class="empty-state">What this comparison measured and a table of metrics per run appear here as the runs '
+    "finish.</p>"
+)
+
+
 class CompareTab:
-    def __init__(self, pool: ModelPool, stops: Stops, form: list, examples: list[dict]):
-        self.pool, self.stops = pool, stops
+    def __init__(self, runner: Runner, form: settings.Form, examples: list[dict]):
+        self.runner, self.form = runner, form
         with gr.Tab("Compare", id="compare"):
             with gr.Row():
                 with gr.Column(scale=1, min_width=300):
@@ -80,64 +88,77 @@ class CompareTab:
                     gr.HTML(legend_html())
                     self.grid = gr.HTML(compare_html([]), elem_id="compare-grid")
                     self.damage = gr.Plot(charts.damage([]), show_label=False, elem_id="compare-damage")
-                    self.measured = gr.HTML(elem_id="compare-measured")
-                    self.table = gr.Dataframe(label="Metrics", interactive=False, elem_id="compare-table")
+                    self.measured = gr.HTML(NOT_MEASURED, elem_id="compare-measured")
+                    with gr.Column(visible=False) as self.tables:  # opened when the first run finishes
+                        self.table = gr.Dataframe(label="Metrics", interactive=False, elem_id="compare-table")
                     self.bars = gr.Plot(charts.compare_bars([]), show_label=False, elem_id="compare-bars")
         run.click(
             self.run,
-            [self.prompt, *form],
-            [self.status, self.grid, self.damage, self.measured, self.table, self.bars, self.csv, self.trace],
-            concurrency_id="models",
-            concurrency_limit=1,
+            [self.prompt, *form.inputs],
+            [
+                self.status,
+                self.grid,
+                self.damage,
+                self.measured,
+                self.tables,
+                self.table,
+                self.bars,
+                self.csv,
+                self.trace,
+            ],
             api_name="compare",
+            **MODELS_QUEUE,
         )
-        stop.click(stopper(stops), None, None, queue=False, api_visibility="private")
+        runner.stop_button(stop, api_visibility="private")
 
-    def run(self, request: gr.Request, prompt: str, *form):
-        prepared = yield from prepare(
-            self.pool, self.stops, self.status, request.session_hash, prompt, form, "start the comparison"
-        )
-        if prepared is None:
-            return
-        config, models, flag = prepared
-        drafter = models[config.drafter].name
+    def run(self, request: gr.Request, prompt: str, *values):
         runs: dict[str, list] = {}
         views: dict[str, RunView] = {}
-        clock = Throttle()
-        yield {
-            self.status: status_html("Comparing: each model alone, then per-token, then SAFE…", "busy"),
-            self.grid: compare_html([]),
-            self.damage: charts.damage([]),
-            self.measured: "",
-            self.csv: gr.DownloadButton(interactive=False),
-            self.trace: gr.DownloadButton(interactive=False),
-        }
-        try:
-            for label, event in run_comparison(models, prompt, config, flag):
-                runs.setdefault(label, []).append(event)
-                views.setdefault(label, RunView()).add(event.to_dict())
-                if event.kind == "run_finished":
-                    yield {self.grid: compare_html(list(views.values()))} | self._results(runs, views, drafter)
-                    if flag.is_set():
-                        break
-                elif event.kind == "text_committed" and clock.due():
-                    yield {
-                        self.grid: compare_html(list(views.values())),
-                        self.damage: charts.damage(list(views.items())),
-                    }
-            outcome = status_html(
-                "Stopped." if flag.is_set() else "Done. Hover a token in any column for what happened to it."
-            )
-        except Exception as exc:
-            outcome = status_html(f"The comparison broke off: {user_message(exc)}. Finished runs are kept.", "error")
-        finally:
-            self.stops.disarm(request.session_hash, flag)
-        events = [e.to_dict() for label_events in runs.values() for e in label_events]
-        yield {
-            self.status: outcome,
-            self.grid: compare_html(list(views.values())),
-            self.trace: gr.DownloadButton(value=save_trace(events, "comparison-trace"), interactive=True),
-        } | self._results(runs, views, drafter)
+        drafter = ""
+
+        def start(models, config: DecodeConfig, flag):
+            nonlocal drafter
+            drafter = models[config.drafter].name
+            first = {
+                self.status: status_html("Comparing: each model alone, then per-token, then SAFE…", "busy"),
+                self.grid: compare_html([]),
+                self.damage: charts.damage([]),
+                self.measured: NOT_MEASURED,
+                self.csv: gr.DownloadButton(interactive=False),
+                self.trace: gr.DownloadButton(interactive=False),
+            }
+            return _until_stopped(run_comparison(models, prompt, config, flag), flag), first
+
+        def step(item, pace) -> dict | None:
+            label, event = item
+            runs.setdefault(label, []).append(event)
+            views.setdefault(label, RunView()).add(event.to_dict())
+            if event.kind == "run_finished":
+                return {self.grid: compare_html(list(views.values()))} | self._results(runs, views, drafter)
+            if event.kind == "text_committed" and pace.charts():
+                return {self.grid: compare_html(list(views.values())), self.damage: charts.damage(list(views.items()))}
+            return None
+
+        def finish(broke_off: str | None, stopped: bool) -> dict:
+            if broke_off is not None:
+                outcome = status_html(f"The comparison broke off: {broke_off}. Finished runs are kept.", "error")
+            else:
+                outcome = status_html(
+                    "Stopped." if stopped else "Done. Hover a token in any column for what happened to it."
+                )
+            events = [e.to_dict() for label_events in runs.values() for e in label_events]
+            return {
+                self.status: outcome,
+                self.grid: compare_html(list(views.values())),
+                self.trace: gr.DownloadButton(value=save_trace(events, "comparison-trace"), interactive=True),
+            } | self._results(runs, views, drafter)
+
+        def check():
+            return settings.build(prompt, self.form.read(values))
+
+        yield from self.runner.stream(
+            request.session_hash, self.status, "start the comparison", check, start, step, finish
+        )
 
     def _results(self, runs: dict[str, list], views: dict[str, RunView], drafter: str) -> dict:
         summaries = [summarize(events, label) for label, events in runs.items() if views[label].finished]
@@ -147,12 +168,21 @@ class CompareTab:
         path = Path(tempfile.mkdtemp(prefix="safe-metrics-")) / "comparison-metrics.csv"
         frame.to_csv(path, index=False)
         return {
+            self.tables: gr.Column(visible=True),
             self.table: frame,
             self.bars: charts.compare_bars(summaries),
             self.damage: charts.damage(list(views.items())),
             self.measured: measured_html(summaries, views, drafter),
             self.csv: gr.DownloadButton(value=str(path), interactive=True),
         }
+
+
+def _until_stopped(items: Iterator[tuple[str, object]], flag: threading.Event) -> Iterator[tuple[str, object]]:
+    """The comparison's events up to the end of the run Stop ended; the runs after it are not started."""
+    for label, event in items:
+        yield label, event
+        if event.kind == "run_finished" and flag.is_set():
+            return
 
 
 def metrics_frame(summaries: list[dict], views: dict[str, RunView], drafter: str) -> pd.DataFrame:
@@ -210,7 +240,10 @@ def measured_html(summaries: list[dict], views: dict[str, RunView], drafter: str
         line = f"<b>{name}</b> ensembled {s['ensembled']} of {s['tokens']} tokens (E/T {s['e_t']:.0%})"
         if label in relative:
             base = by[f"single:{drafter}"]["wall_s"]
-            line += f" and took {relative[label]:.2f}× the wall time of {esc(drafter)} alone ({s['wall_s']:.1f} s vs {base:.1f} s)"
+            line += (
+                f" and took {relative[label]:.2f}× the wall time of {esc(drafter)} alone"
+                f" ({s['wall_s']:.1f} s vs {base:.1f} s)"
+            )
         lines.append(line + ".")
     damage = {label: views[label].damage_summary() for label in ("per-token", "safe") if label in by}
     if len(damage) == 2 and None not in damage.values():
@@ -232,7 +265,8 @@ def _damage_sentences(per_token: dict, safe: dict, drafter: str) -> list[str]:
 
     lines = [
         f"{esc(drafter)}'s context ended with {per_token['non_canonical']} non-canonical tokens under per-token "
-        f"(at most {per_token['non_canonical_max']}) and {safe['non_canonical']} under SAFE (at most {safe['non_canonical_max']}).",
+        f"(at most {per_token['non_canonical_max']}) and {safe['non_canonical']} under SAFE "
+        f"(at most {safe['non_canonical_max']}).",
         f"Conditioning damage (KL to the canonical context): per-token {kl(per_token)}; SAFE {kl(safe)}.",
         f"OOV-like predictions: per-token {per_token['oov_like_predictions']}, SAFE {safe['oov_like_predictions']}.",
     ]

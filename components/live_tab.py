@@ -6,24 +6,24 @@ import gradio as gr
 
 from safe_engine.decoding import PER_TOKEN_COMMITS, SAFE_MODES, DecodeConfig, decode
 from safe_engine.ensemble import METHODS, SHARPENING
-from safe_engine.errors import SafeEngineError
 
 from . import settings
 from .panel import RunPanel
-from .pool import ModelPool
-from .runner import FRAME_INTERVAL_S, Throttle, prepare, problem, stopper, user_message
-from .stops import Stops
+from .runner import MODELS_QUEUE, Runner
 from .transcript import status_html
 from .view import RunView, save_trace
 from .whatif import Origin, WhatIf
 
-READY = "Pick an example or type a prompt, then press Run. Hover a token for what happened to it; click it to pin the details."
+READY = (
+    "Pick an example or type a prompt, then press Run. "
+    "Hover a token for what happened to it; click it to pin the details."
+)
 DEFAULTS = DecodeConfig()
 
 
 class LiveTab:
-    def __init__(self, pool: ModelPool, stops: Stops, specs: list[str], examples: list[dict]):
-        self.pool, self.stops = pool, stops
+    def __init__(self, runner: Runner, specs: list[str], examples: list[dict]):
+        self.runner = runner
         with gr.Tab("Ensemble live", id="live"):
             with gr.Row():
                 with gr.Column(scale=1, min_width=300):
@@ -68,14 +68,16 @@ class LiveTab:
                             list(settings.GATES),
                             value="auto",
                             label="GaC's gate",
-                            info="ensemble only where the drafter's top p < 0.5; auto: on for gac, as the paper runs it",
+                            info="ensemble only where the drafter's top p < 0.5; auto: on for gac, as the paper "
+                            "runs it",
                         )
                         safe_mode = gr.Radio(
                             list(SAFE_MODES),
                             value=DEFAULTS.safe_mode,
                             label="SAFE mode",
-                            info="exact: one ensemble per round, the rest of the draft dropped (the paper); fast: keeps "
-                            "scanning a draft the ensemble confirmed (about 1 % faster; changed 0 of 20 benchmark outputs, can change some)",
+                            info="exact: one ensemble per round, the rest of the draft dropped (the paper); "
+                            "fast: keeps scanning a draft the ensemble confirmed (a little faster, can change some "
+                            "outputs; see the README)",
                         )
                         draft_gate = gr.Number(
                             DEFAULTS.draft_gate,
@@ -83,8 +85,8 @@ class LiveTab:
                             minimum=0,
                             maximum=0.99,
                             step=0.05,
-                            info="end a draft right after a token the drafter gives p < τ (0: the paper's "
-                            "full 5-token drafts; 0.3 measured 1.2–1.4× faster, same output on 19 of 20 prompts)",
+                            info="end a draft right after a token the drafter gives p < τ (0: the paper's full "
+                            "drafts; a gate is faster and rarely changes the output, see the README)",
                             elem_id="draft-gate",
                         )
                         per_token_commit = gr.Radio(
@@ -109,86 +111,76 @@ class LiveTab:
                     )
                 with gr.Column(scale=3):
                     self.status = gr.HTML(status_html(READY), elem_id="live-status")
-                    self.whatif = WhatIf(pool, stops)
+                    self.whatif = WhatIf(runner)
                     self.panel = RunPanel("live", below_details=self.whatif.controls)
                     self.whatif.section()
-        # Every input after the prompt, in the order settings.build takes them (the Compare tab reuses them).
-        self.form = [
-            models,
-            drafter,
-            strategy,
-            max_new,
-            lookahead,
-            top_k,
-            sharpen,
-            sharpen_lambda,
-            method,
-            safe_mode,
-            draft_gate,
-            per_token_commit,
-            gate,
-            temperature,
-            top_p,
-            seed,
-        ]
+        self.form = settings.Form(
+            models_text=models,
+            drafter=drafter,
+            strategy=strategy,
+            max_new_tokens=max_new,
+            lookahead=lookahead,
+            top_k=top_k,
+            sharpen=sharpen,
+            sharpen_lambda=sharpen_lambda,
+            method=method,
+            safe_mode=safe_mode,
+            draft_gate=draft_gate,
+            per_token_commit=per_token_commit,
+            gate=gate,
+            temperature=temperature,
+            top_p=top_p,
+            seed=seed,
+        )
         self.models = models
         models.change(
             lambda text: gr.Dropdown(choices=settings.parse_specs(text)), [models], [drafter], api_visibility="private"
         )
         run.click(
             self.run,
-            [self.prompt, *self.form],
+            [self.prompt, *self.form.inputs],
             [self.status, self.download, *self.panel.outputs, *self.whatif.reset_outputs],
-            concurrency_id="models",
-            concurrency_limit=1,
             api_name="generate",
+            **MODELS_QUEUE,
         )
-        stop.click(stopper(stops), None, None, queue=False, api_name="stop")
+        runner.stop_button(stop, api_name="stop")
         self.whatif.wire(self.panel)
 
-    def run(self, request: gr.Request, prompt: str, *form):
-        prepared = yield from prepare(
-            self.pool, self.stops, self.status, request.session_hash, prompt, form, "start the run"
-        )
-        if prepared is None:
-            return
-        config, models, flag = prepared
-        try:
+    def run(self, request: gr.Request, prompt: str, *values):
+        view = RunView()
+
+        def start(models, config: DecodeConfig, flag):
             events = decode(models, prompt, config, flag)
-        except SafeEngineError as exc:  # e.g. the prompt does not fit a model's context
-            self.stops.disarm(request.session_hash, flag)
-            yield problem(self.status, exc, "start the run")
-            return
-        view, clock, frames = RunView(), Throttle(), Throttle(FRAME_INTERVAL_S)
-        origin = Origin(prompt, tuple(m.spec.spec for m in models), config)
-        yield (
-            {
-                self.status: status_html(f"Running {config.strategy} on {', '.join(m.name for m in models)}…", "busy"),
+            origin = Origin(prompt, tuple(m.spec.spec for m in models), config)
+            names = ", ".join(m.name for m in models)
+            first = {
+                self.status: status_html(f"Running {config.strategy} on {names}…", "busy"),
                 self.download: gr.DownloadButton(interactive=False),
             }
-            | self.panel.fresh(view)
-            | self.whatif.reset(origin)
-        )
-        try:
-            for event in events:
-                view.add(event.to_dict())
-                if event.kind == "text_committed" and frames.due():
-                    yield self.panel.show(view, with_charts=clock.due())
-            outcome = status_html(_finished(view))
-        except Exception as exc:  # keep what was shown; say what happened
-            outcome = status_html(f"The run broke off: {user_message(exc)}. The transcript so far is kept.", "error")
-        finally:
-            self.stops.disarm(request.session_hash, flag)
-        yield (
-            {
-                self.status: outcome,
-                self.download: gr.DownloadButton(
-                    value=save_trace(view.events, f"{view.label}-trace"), interactive=True
-                ),
-            }
-            | self.panel.show(view)
-            | self.whatif.offer(view, view.pinned)
-        )
+            return events, first | self.panel.fresh(view) | self.whatif.reset(origin)
+
+        def step(event, pace) -> dict | None:
+            view.add(event.to_dict())
+            if event.kind == "text_committed" and pace.frame():
+                return self.panel.show(view, with_charts=pace.charts())
+            return None
+
+        def finish(broke_off: str | None, _stopped: bool) -> dict:
+            if broke_off is None:
+                outcome = status_html(_finished(view))
+            else:
+                outcome = status_html(f"The run broke off: {broke_off}. The transcript so far is kept.", "error")
+            trace = save_trace(view.events, f"{view.label}-trace")
+            return (
+                {self.status: outcome, self.download: gr.DownloadButton(value=trace, interactive=True)}
+                | self.panel.show(view)
+                | self.whatif.offer(view, view.pinned)
+            )
+
+        def check():
+            return settings.build(prompt, self.form.read(values))
+
+        yield from self.runner.stream(request.session_hash, self.status, "start the run", check, start, step, finish)
 
 
 def _finished(view: RunView) -> str:

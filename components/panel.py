@@ -35,7 +35,8 @@ element.addEventListener('keydown', (e) => {
 
 class RunPanel:
     """`plots=False` leaves out the four charts (the what-if branch shows only its damage next to the
-    original's); `below_details` builds more components right under the pinned details."""
+    original's); `charts_apart=True` leaves them for the caller to place with `charts()` (Replay puts them
+    under two runs side by side); `below_details` builds more components right under the pinned details."""
 
     def __init__(
         self,
@@ -43,8 +44,10 @@ class RunPanel:
         view: RunView | None = None,
         plots: bool = True,
         below_details: Callable[[], None] | None = None,
+        charts_apart: bool = False,
     ):
-        view = view or RunView()
+        self.name, self.plots = name, plots
+        self._view = view = view or RunView()
         self.view = gr.State(view)
         self.metrics = gr.HTML(metrics_html(view), elem_id=f"{name}-metrics")
         gr.HTML(legend_html(), elem_id=f"{name}-legend")
@@ -58,16 +61,25 @@ class RunPanel:
         self.details = gr.HTML(details_html(view, None), elem_id=f"{name}-details")
         if below_details:
             below_details()
-        self.plots = plots
-        if plots:
-            with gr.Row():
-                self.timeline = gr.Plot(charts.timeline(view), show_label=False, elem_id=f"{name}-timeline")
-                self.progress = gr.Plot(charts.progress(view), show_label=False, elem_id=f"{name}-progress")
-            with gr.Row():
-                self.union = gr.Plot(charts.union(view), show_label=False, elem_id=f"{name}-union")
-                self.split = gr.Plot(charts.time_split(view), show_label=False, elem_id=f"{name}-split")
+        if not plots:
+            self._wire_pin()
+        elif not charts_apart:
+            self.charts()
+
+    def charts(self) -> None:
+        """The four charts, built where the caller is (RunPanel's own place unless `charts_apart`)."""
+        view, name = self._view, self.name
+        with gr.Row():
+            self.timeline = gr.Plot(charts.timeline(view), show_label=False, elem_id=f"{name}-timeline")
+            self.progress = gr.Plot(charts.progress(view), show_label=False, elem_id=f"{name}-progress")
+        with gr.Row():
+            self.union = gr.Plot(charts.union(view), show_label=False, elem_id=f"{name}-union")
+            self.split = gr.Plot(charts.time_split(view), show_label=False, elem_id=f"{name}-split")
+        self._wire_pin()
+
+    def _wire_pin(self) -> None:
         self.transcript.pin(
-            self._pin, [self.view], [self.details, *([self.union] if plots else [])], api_visibility="private"
+            self._pin, [self.view], [self.details, *([self.union] if self.plots else [])], api_visibility="private"
         )
 
     @property
@@ -87,9 +99,9 @@ class RunPanel:
             }
         return out
 
-    def fresh(self, view: RunView) -> dict:
+    def fresh(self, view: RunView, with_charts: bool = True) -> dict:
         """A new run (or trace) replaces the old one, pinned details included."""
-        return self.show(view) | {self.details: details_html(view, view.pinned)}
+        return self.show(view, with_charts) | {self.details: details_html(view, view.pinned)}
 
     def _pin(self, view: RunView, evt: gr.EventData) -> dict:
         """The run's own view object remembers the pin, so a live run keeps charting the pinned point."""

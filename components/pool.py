@@ -1,5 +1,5 @@
-"""Models shared by every browser session: loaded lazily, once per process, in a thread that reports
-progress, so the page can say what is happening during the minutes a first conversion takes."""
+"""The app's view of the engine's one model cache (`safe_engine.compare.load_models`): loading in a thread
+that reports progress, so the page can say what is happening during the minutes a first conversion takes."""
 
 from __future__ import annotations
 
@@ -7,25 +7,18 @@ import queue
 import threading
 from collections.abc import Iterator, Sequence
 
-from safe_engine.compare import warm_up
-from safe_engine.models import LoadedModel, LoadOptions, load_model
+from safe_engine.compare import load_models
+from safe_engine.models import LoadedModel, LoadOptions
 
 
 class ModelPool:
+    """The load options the app was started with (`--cpu-int8`); the models live in the engine's cache."""
+
     def __init__(self, options: LoadOptions = LoadOptions()):
         self.options = options
-        self._models: dict[str, LoadedModel] = {}
-        self._lock = threading.Lock()
 
     def load(self, specs: Sequence[str], progress) -> list[LoadedModel]:
-        with self._lock:
-            for spec in specs:
-                if spec not in self._models:
-                    progress(f"loading {spec}")
-                    model = load_model(spec, self.options, progress)
-                    warm_up([model])  # the first forward pays for lazy set-up; keep it out of the first run's timing
-                    self._models[spec] = model
-            return [self._models[spec] for spec in specs]
+        return load_models(specs, self.options, progress, warm=True)
 
     def start(self, specs: Sequence[str]) -> Loading:
         return Loading(self, specs)

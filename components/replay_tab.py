@@ -1,4 +1,6 @@
-"""The "Replay" tab: a recorded or uploaded JSONL trace, stepped through event by event with no model."""
+"""The "Replay" tab: a recorded or uploaded JSONL trace, stepped through event by event with no model; a
+trace that holds several runs of one prompt (a comparison, a shipped collapse) can show two of them side by
+side on one slider, by committed tokens, each with its damage line and both on one damage chart."""
 
 from __future__ import annotations
 
@@ -7,12 +9,16 @@ from pathlib import Path
 
 import gradio as gr
 
+from . import charts
 from .panel import RunPanel
 from .text import esc
 from .transcript import status_html
 from .view import RunView, TraceError, read_trace, split_runs
 
 MANIFEST = "index.json"
+ALONE = -1  # the "beside it" choice that shows one run
+READY = "A recorded run: drag the slider to step through it. No model is needed."
+READY_PAIR = "Two runs of one prompt side by side: drag the slider to step through both. No model is needed."
 
 
 def shipped_traces(folder: Path) -> list[tuple[Path, str]]:
@@ -28,11 +34,60 @@ def caption_html(caption: str) -> str:
     return f'<p class="caption">{esc(caption)}</p>' if caption else ""
 
 
+def default_pair(runs: list[list[dict]]) -> tuple[int, int]:
+    """Per-token beside SAFE when the trace holds both (the contrast the app teaches), else its first run alone."""
+    labels = [_label(run) for run in runs]
+    if "per-token" in labels and "safe" in labels:
+        return labels.index("per-token"), labels.index("safe")
+    return 0, ALONE
+
+
+def token_count(events: list[dict]) -> int:
+    return sum(len(e["tokens"]) for e in events if e["kind"] == "text_committed")
+
+
+def up_to_token(events: list[dict], count: int) -> list[dict]:
+    """A run's events until it has committed `count` tokens (with that commit's damage event); all of them,
+    its end included, once it has no more tokens than that."""
+    if count >= token_count(events):
+        return events
+    committed = 0
+    for i, event in enumerate(events):
+        if committed >= count and event["kind"] != "damage":
+            return events[:i]
+        if event["kind"] == "text_committed":
+            committed += len(event["tokens"])
+    return events
+
+
+def steps(runs: list[list[dict]], index: int, beside: int) -> tuple[int, str]:
+    """The slider's length and label: one run steps by events, two by committed tokens (the longer run's)."""
+    if beside == ALONE:
+        return len(runs[index]), "Events replayed"
+    return max(token_count(runs[index]), token_count(runs[beside])), "Tokens replayed (both runs)"
+
+
+def views_at(runs: list[list[dict]], index: int, beside: int, step: int) -> list[RunView]:
+    """What the slider at `step` shows: the run's first `step` events, or both runs at `step` tokens."""
+    if beside == ALONE:
+        return [RunView.of(runs[index][:step])]
+    return [RunView.of(up_to_token(runs[i], step)) for i in (index, beside)]
+
+
+def _paired(runs: list[list[dict]], index: int, beside: int) -> int:
+    """`beside`, or ALONE where it names no other run of the trace."""
+    return beside if beside != index and 0 <= beside < len(runs) else ALONE
+
+
 class ReplayTab:
     def __init__(self, traces: list[tuple[Path, str]]):
         choices = [(path.stem, str(path)) for path, _ in traces]
         self.captions = {str(path): caption for path, caption in traces}
         runs = split_runs(read_trace(traces[0][0])) if traces else []
+        first, beside = default_pair(runs) if runs else (0, ALONE)
+        total, label = steps(runs, first, beside) if runs else (1, "Events replayed")
+        views = views_at(runs, first, beside, total) if runs else [RunView()]
+        pair = len(views) == 2
         with gr.Tab("Replay", id="replay"):
             with gr.Row():
                 with gr.Column(scale=1, min_width=300):
@@ -48,38 +103,49 @@ class ReplayTab:
                         file_types=[".jsonl"],
                         elem_id="replay-upload",
                     )
+                    several = len(runs) > 1
                     self.pick = gr.Dropdown(
                         _run_choices(runs),
-                        value=0,
+                        value=first,
                         label="Run in this trace",
+                        visible=several,
                         elem_id="replay-run",
-                        visible=len(runs) > 1,
                     )
-                    self.step = gr.Slider(
-                        1,
-                        max(len(runs[0]), 2) if runs else 2,
-                        len(runs[0]) if runs else 1,
-                        step=1,
-                        label="Events replayed",
-                        elem_id="replay-step",
+                    self.beside = gr.Dropdown(
+                        _beside_choices(runs),
+                        value=beside,
+                        label="Beside it, on the same slider",
+                        visible=several,
+                        elem_id="replay-run-b",
                     )
+                    self.step = gr.Slider(1, max(total, 2), total, step=1, label=label, elem_id="replay-step")
                 with gr.Column(scale=3):
-                    self.status = gr.HTML(
-                        status_html("A recorded run: drag the slider to step through it. No model is needed."),
-                        elem_id="replay-status",
+                    self.status = gr.HTML(status_html(READY_PAIR if pair else READY), elem_id="replay-status")
+                    with gr.Row():
+                        with gr.Column():
+                            self.panel = RunPanel("replay", views[0], charts_apart=True)
+                        with gr.Column(visible=pair) as self.other_box:
+                            self.other = RunPanel("replay-b", views[-1] if pair else None, plots=False)
+                    self.damage = gr.Plot(
+                        charts.damage([(v.label, v) for v in views]),
+                        visible=pair,
+                        show_label=False,
+                        elem_id="replay-damage",
                     )
-                    self.panel = RunPanel("replay", RunView.of(runs[0]) if runs else None)
+                    with gr.Column(visible=not pair) as self.charts_box:
+                        self.panel.charts()
             self.runs = gr.State(runs)  # inside the Tab: a stray child of gr.Tabs shows up as a phantom tab
-        opened = [self.runs, self.pick, self.step, self.status, self.caption, *self.panel.outputs]
+        shown = [self.status, *self.panel.outputs, *self.other.outputs, self.damage]
+        selected = [self.pick, self.beside, self.step, self.other_box, self.charts_box, *shown]
+        opened = [self.runs, self.caption, *selected]
         shipped.input(self.open, [shipped], opened, api_visibility="private")
         upload.upload(self.open, [upload], opened, api_visibility="private")
-        self.pick.input(
-            self.select, [self.runs, self.pick], [self.step, self.status, *self.panel.outputs], api_visibility="private"
-        )
+        for choice in (self.pick, self.beside):
+            choice.input(self.select, [self.runs, self.pick, self.beside], selected, api_visibility="private")
         self.step.input(
             self.at,
-            [self.runs, self.pick, self.step],
-            [self.status, *self.panel.outputs],
+            [self.runs, self.pick, self.beside, self.step],
+            shown,
             api_visibility="private",
             trigger_mode="always_last",
         )
@@ -92,24 +158,49 @@ class ReplayTab:
         except TraceError as exc:
             gr.Warning(str(exc))
             return {self.status: status_html(f"Could not open the trace: {exc}.", "warn")}
-        return {
-            self.runs: runs,
-            self.pick: gr.Dropdown(choices=_run_choices(runs), value=0, visible=len(runs) > 1),
-            self.caption: caption_html(self.captions.get(path, "")),
-        } | self.select(runs, 0)
+        caption = caption_html(self.captions.get(path, ""))
+        return {self.runs: runs, self.caption: caption} | self.select(runs, *default_pair(runs))
 
-    def select(self, runs: list[list[dict]], index: int):
-        events = runs[index]
-        return {self.step: gr.Slider(maximum=max(len(events), 2), value=len(events))} | self.at(
-            runs, index, len(events)
+    def select(self, runs: list[list[dict]], index: int, beside: int) -> dict:
+        beside = _paired(runs, index, beside)
+        total, label = steps(runs, index, beside)
+        several = len(runs) > 1
+        return {
+            self.pick: gr.Dropdown(choices=_run_choices(runs), value=index, visible=several),
+            self.beside: gr.Dropdown(choices=_beside_choices(runs), value=beside, visible=several),
+            self.step: gr.Slider(minimum=1, maximum=max(total, 2), value=total, label=label),
+            self.other_box: gr.Column(visible=beside != ALONE),
+            self.charts_box: gr.Column(visible=beside == ALONE),
+        } | self.at(runs, index, beside, total)
+
+    def at(self, runs: list[list[dict]], index: int, beside: int, step: int) -> dict:
+        beside, step = _paired(runs, index, beside), int(step)
+        views = views_at(runs, index, beside, step)
+        if beside == ALONE:
+            events = views[0].events
+            where = f"Event {len(events)} of {len(runs[index])}: {events[-1]['kind'].replace('_', ' ')}."
+            return {self.status: status_html(where), self.damage: gr.Plot(visible=False)} | self.panel.fresh(views[0])
+        total, _ = steps(runs, index, beside)
+        counts = " · ".join(
+            f"{v.label} {len(v.tokens)} of {token_count(runs[i])}" for v, i in zip(views, (index, beside))
+        )
+        return (
+            {
+                self.status: status_html(f"Token {min(step, total)} of {total}, side by side: {counts}."),
+                self.damage: gr.Plot(charts.damage([(v.label, v) for v in views]), visible=True),
+            }
+            | self.panel.fresh(views[0], with_charts=False)
+            | self.other.fresh(views[1])
         )
 
-    def at(self, runs: list[list[dict]], index: int, step: int):
-        events = runs[index][: int(step)]
-        view = RunView.of(events)
-        where = f"Event {len(events)} of {len(runs[index])}: {events[-1]['kind'].replace('_', ' ')}."
-        return {self.status: status_html(where)} | self.panel.fresh(view)
+
+def _label(run: list[dict]) -> str:
+    return RunView.of(run[:1]).label
 
 
 def _run_choices(runs: list[list[dict]]) -> list[tuple[str, int]]:
-    return [(f"{i + 1}: {RunView.of(run[:1]).label}", i) for i, run in enumerate(runs)]
+    return [(f"{i + 1}: {_label(run)}", i) for i, run in enumerate(runs)]
+
+
+def _beside_choices(runs: list[list[dict]]) -> list[tuple[str, int]]:
+    return [("nothing: this run alone", ALONE), *_run_choices(runs)]

@@ -1,20 +1,21 @@
-"""Glue shared by the tabs that run models: loading with visible progress, and turning failures into a
-message in the page (never a stack trace) without touching what a previous run left on screen."""
+"""The one skeleton every tab that runs models shares (`Runner.stream`): check the form, load the models with
+visible progress and this session's Stop armed, start the engine's iterator, stream throttled updates, disarm
+Stop. Failures become a message in the page (never a stack trace) that leaves a previous run on screen."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator, Iterable
+from dataclasses import dataclass
+from typing import Any
 
 import gradio as gr
 
-from safe_engine.decoding import DecodeConfig
 from safe_engine.errors import SafeEngineError
 from safe_engine.models import LoadedModel
 
-from . import settings
 from .pool import ModelPool
 from .stops import Stops
 from .transcript import status_html
@@ -22,6 +23,8 @@ from .transcript import status_html
 log = logging.getLogger("safe_studio")
 CHART_INTERVAL_S = 2.0  # Plotly figures are the costly part of every update (serialised, sent, remounted)
 FRAME_INTERVAL_S = 0.25  # Gradio handles each update between two engine steps, so every update stalls decoding
+MODELS_QUEUE = {"concurrency_id": "models", "concurrency_limit": 1}  # events that run models take turns
+LOADING = "Loading models, once per process (the very first start converts the embedded models: minutes)."
 
 
 def user_message(exc: BaseException) -> str:
@@ -36,45 +39,6 @@ def problem(status: gr.HTML, exc: BaseException, doing: str) -> dict:
     message = f"Could not {doing}: {user_message(exc)}."
     gr.Warning(message)
     return {status: status_html(message, "warn" if isinstance(exc, SafeEngineError) else "error")}
-
-
-Prepared = tuple[DecodeConfig, list[LoadedModel], threading.Event]
-
-
-def prepare(
-    pool: ModelPool, stops: Stops, status: gr.HTML, session: str, prompt: str, form: tuple, doing: str
-) -> Generator[dict, None, Prepared | None]:
-    """`prepared = yield from prepare(...)`: the checked config, the loaded models (progress streamed into
-    `status`) and this session's armed stop flag; None once the page says why a run cannot start."""
-    try:
-        specs, config = settings.build(prompt, *form)
-    except SafeEngineError as exc:
-        yield problem(status, exc, doing)
-        return None
-    loaded = yield from load(pool, stops, status, session, specs, doing)
-    return None if loaded is None else (config, *loaded)
-
-
-def load(
-    pool: ModelPool, stops: Stops, status: gr.HTML, session: str, specs: list[str], doing: str
-) -> Generator[dict, None, tuple[list[LoadedModel], threading.Event] | None]:
-    """`loaded = yield from load(...)`: the models (progress streamed into `status`) and this session's armed
-    stop flag; None once the page says why they could not load."""
-    flag = stops.arm(session)  # armed before loading, so Stop during loading cancels the run too
-    try:
-        loading = pool.start(specs)
-        for message in loading:
-            yield {
-                status: status_html(
-                    f"Loading models, once per process (the very first start converts the embedded models: about two minutes). {message}",
-                    "busy",
-                )
-            }
-        return loading.result(), flag
-    except Exception as exc:
-        stops.disarm(session, flag)
-        yield problem(status, exc, doing)
-        return None
 
 
 class Throttle:
@@ -92,10 +56,66 @@ class Throttle:
         return True
 
 
-def stopper(stops: Stops):
-    """A Stop-button handler that raises the stop flag of the clicking session only."""
+class Pace:
+    """One streamed run's clocks: `frame()` for the cheap outputs (HTML), `charts()` for the Plotly ones."""
 
-    def stop(request: gr.Request) -> None:
-        stops.stop(request.session_hash)
+    def __init__(self):
+        self.frame = Throttle(FRAME_INTERVAL_S).due
+        self.charts = Throttle(CHART_INTERVAL_S).due
 
-    return stop
+
+Check = Callable[[], tuple[list[str], Any]]  # → (model specs, the tab's checked plan: a config, a Plan…)
+Start = Callable[[list[LoadedModel], Any, threading.Event], tuple[Iterable, dict]]  # → (items, first update)
+Step = Callable[[Any, Pace], dict | None]  # one item → an update, or None when none is due
+Finish = Callable[[str | None, bool], dict]  # (why it broke off or None, whether Stop was pressed) → last update
+
+
+@dataclass(frozen=True)
+class Runner:
+    """What the tabs that run models share: the process's models and each browser session's Stop flag."""
+
+    pool: ModelPool
+    stops: Stops
+
+    def stop_button(self, button: gr.Button, **api) -> None:
+        """Stop raises the flag of the clicking session only; unqueued, so it lands while a run streams."""
+
+        def stop(request: gr.Request) -> None:
+            self.stops.stop(request.session_hash)
+
+        button.click(stop, None, None, queue=False, **api)
+
+    def stream(
+        self, session: str, status: gr.HTML, doing: str, check: Check, start: Start, step: Step, finish: Finish
+    ) -> Generator[dict, None, None]:
+        """`yield from` it in an event handler. `check` raises a SafeEngineError for bad input; `start` gets
+        the loaded models, the plan and the armed flag and returns the engine's iterator with the first
+        update (a SafeEngineError it raises, e.g. a prompt too long for a model, is shown the same way);
+        `step` folds each item in; `finish` words the outcome once Stop is disarmed, whatever happened."""
+        try:
+            specs, plan = check()
+        except SafeEngineError as exc:
+            yield problem(status, exc, doing)
+            return
+        flag = self.stops.arm(session)  # armed before loading, so Stop during loading cancels the run too
+        try:
+            loading = self.pool.start(specs)
+            for message in loading:
+                yield {status: status_html(f"{LOADING} {message}", "busy")}
+            items, first = start(loading.result(), plan, flag)
+        except Exception as exc:
+            self.stops.disarm(session, flag)
+            yield problem(status, exc, doing)
+            return
+        yield first
+        pace, broke_off = Pace(), None
+        try:
+            for item in items:
+                update = step(item, pace)
+                if update:
+                    yield update
+        except Exception as exc:  # keep what was shown; `finish` says what happened
+            broke_off = user_message(exc)
+        finally:
+            self.stops.disarm(session, flag)
+        yield finish(broke_off, flag.is_set())

@@ -1,8 +1,15 @@
-"""The run form → model specs and a DecodeConfig, checked before anything loads so bad input fails fast."""
+"""The run form by name: `RunSettings` holds what the Live tab's form says, `Form` the components that say
+it, and `build` / `decoding` turn it into model specs and a checked DecodeConfig before anything loads.
+
+Adding an option touches `RunSettings` (a field) and `decoding` (where it goes in the config); the Live tab
+passes one component per field, and `Form` refuses a missing or unknown one.
+"""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
 
 from safe_engine.decoding import DecodeConfig
 from safe_engine.ensemble import EnsembleConfig
@@ -11,6 +18,48 @@ from safe_engine.models import resolve_spec
 
 MAX_PROMPT_CHARS = 4000
 MAX_NEW_TOKENS = 512  # the engine allows more; on a CPU 512 tokens already take minutes
+GATES = {"auto": None, "on": True, "off": False}  # GaC's gate: "auto" is on for GaC only
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """The form's values as Gradio hands them over (numbers may be floats or None), in the form's order,
+    which is also the order of the `generate` API's parameters after the prompt."""
+
+    models_text: str
+    drafter: str | None
+    strategy: str
+    max_new_tokens: float | None
+    lookahead: float
+    top_k: float
+    sharpen: str
+    sharpen_lambda: float
+    method: str
+    safe_mode: str
+    draft_gate: float | None
+    per_token_commit: str
+    gate: str
+    temperature: float | None
+    top_p: float
+    seed: float | None
+
+
+FIELDS = tuple(f.name for f in fields(RunSettings))
+
+
+class Form:
+    """The form's components by RunSettings field; `inputs` lists them in field order for an event, and
+    `read` turns the values Gradio passes back into RunSettings."""
+
+    def __init__(self, **components):
+        if set(components) != set(FIELDS):
+            raise TypeError(f"the form needs exactly the fields {FIELDS}, got {tuple(components)}")
+        self.components = components
+        self.inputs = [components[name] for name in FIELDS]
+
+    @staticmethod
+    def read(values: Sequence) -> RunSettings:
+        return RunSettings(*values)
 
 
 def parse_specs(text: str) -> list[str]:
@@ -18,63 +67,48 @@ def parse_specs(text: str) -> list[str]:
     return [s.strip() for s in re.split(r"[,\n]", text or "") if s.strip()]
 
 
-GATES = {"auto": None, "on": True, "off": False}  # GaC's gate: "auto" is on for GaC only
-
-
-def build(prompt: str, *form, **named) -> tuple[list[str], DecodeConfig]:
+def build(prompt: str, settings: RunSettings) -> tuple[list[str], DecodeConfig]:
     """Raise a SafeEngineError subclass whose message the page can show as is."""
     if not (prompt or "").strip():
         raise ConfigError("the prompt is empty: type one or pick an example")
     if len(prompt) > MAX_PROMPT_CHARS:
         raise ConfigError(f"the prompt is {len(prompt)} characters; the limit here is {MAX_PROMPT_CHARS}")
-    return decoding(*form, **named)
+    return decoding(settings)
 
 
-def decoding(
-    models_text: str,
-    drafter: str | None,
-    strategy: str,
-    max_new_tokens,
-    lookahead,
-    top_k,
-    sharpen: str,
-    sharpen_lambda,
-    method: str,
-    safe_mode: str,
-    draft_gate,
-    per_token_commit: str,
-    gate: str,
-    temperature,
-    top_p,
-    seed,
-) -> tuple[list[str], DecodeConfig]:
-    """The form without a prompt (the Benchmark tab's prompts come from task files), in the Live tab's order."""
-    specs = parse_specs(models_text)
+def decoding(s: RunSettings) -> tuple[list[str], DecodeConfig]:
+    """The form without a prompt (the Benchmark tab's prompts come from task files)."""
+    specs = parse_specs(s.models_text)
     if not specs:
         raise ConfigError("no models given: type at least one model spec")
     for spec in specs:
         resolve_spec(spec)
-    if drafter and drafter not in specs:
-        raise ConfigError(f"the drafter {drafter} is not one of the models")
-    if max_new_tokens is None or max_new_tokens != int(max_new_tokens) or not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
+    if s.drafter and s.drafter not in specs:
+        raise ConfigError(f"the drafter {s.drafter} is not one of the models")
+    length = s.max_new_tokens
+    if length is None or length != int(length) or not 1 <= length <= MAX_NEW_TOKENS:
         raise ConfigError(f"max new tokens must be a whole number from 1 to {MAX_NEW_TOKENS}")
-    if seed is not None and (seed != int(seed) or seed < 0):
+    if s.seed is not None and (s.seed != int(s.seed) or s.seed < 0):
         raise ConfigError("the seed must be a whole number ≥ 0, or empty for a fresh one")
     ensemble = EnsembleConfig(
-        method=method, top_k=int(top_k), sharpen=sharpen, sharpen_lambda=float(sharpen_lambda), gate=GATES[gate]
+        method=s.method,
+        top_k=int(s.top_k),
+        sharpen=s.sharpen,
+        sharpen_lambda=float(s.sharpen_lambda),
+        gate=GATES[s.gate],
     )
     config = DecodeConfig(
-        strategy=strategy,
-        max_new_tokens=int(max_new_tokens),
-        lookahead=int(lookahead),
-        drafter=specs.index(drafter) if drafter else 0,
-        safe_mode=safe_mode,
-        per_token_commit=per_token_commit,
+        strategy=s.strategy,
+        max_new_tokens=int(length),
+        lookahead=int(s.lookahead),
+        drafter=specs.index(s.drafter) if s.drafter else 0,
+        safe_mode=s.safe_mode,
+        per_token_commit=s.per_token_commit,
         ensemble=ensemble,
-        temperature=float(temperature or 0),
-        top_p=float(top_p),
-        seed=None if seed is None else int(seed),
-        draft_gate=float(draft_gate or 0),
+        temperature=float(s.temperature or 0),
+        top_p=float(s.top_p),
+        seed=None if s.seed is None else int(s.seed),
+        draft_gate=float(s.draft_gate or 0),
     )
     config.validate(len(specs))
     return specs, config

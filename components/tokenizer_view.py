@@ -2,20 +2,21 @@
 
 The pair view is a CSS grid with one column per character of the text, so every model's tokens sit on
 the same character ruler. Tokens that share characters (byte-fallback pieces of one character) are
-grouped into one cell. Every string from a tokenizer or a person goes through `html.escape`; hover
+grouped into one cell. Every string from a tokenizer or a person goes through `text.esc`; hover
 details ride in `title` attributes, so they need no script.
 """
 
 from __future__ import annotations
 
 import bisect
-import html
 from itertools import takewhile
 
 import pandas as pd
 import plotly.graph_objects as go
 
 from safe_engine.tokdiff import CorpusScan, PairView, ProbeResult, Token, WordAgreement, direction, visible
+
+from .text import esc, plot_label
 
 COLUMNS = 64  # characters per ruler line
 MAX_CHARS = 4000  # longer texts: the view shows their start (the corpus scan covers all of it)
@@ -52,10 +53,6 @@ _LEGEND = (
     '<span style="border-left: 2px dashed #EE7733">boundary only some models have</span>'
     "</div>"
 )
-
-
-def _esc(text: str) -> str:
-    return html.escape(text, quote=True)
 
 
 def _groups(tokens: list[Token]) -> list[list[tuple[int, Token]]]:
@@ -96,8 +93,8 @@ def _char_cell(view: PairView, c: int, inside: list[str]) -> str:
     if inside:
         classes.append("bi")
         notes.append(f"split inside by {', '.join(inside)}")
-    title = f' title="{_esc(f"character {c}, U+{ord(ch):04X}: " + "; ".join(notes))}"' if notes else ""
-    return f'<span class="{" ".join(classes)}"{title}>{_esc(visible(ch))}</span>'
+    title = f' title="{esc(f"character {c}, U+{ord(ch):04X}: " + "; ".join(notes))}"' if notes else ""
+    return f'<span class="{" ".join(classes)}"{title}>{esc(visible(ch))}</span>'
 
 
 def _model_row(view: PairView, name: str, row: int, groups: list, ends: list[int], first: int, last: int) -> list[str]:
@@ -106,7 +103,7 @@ def _model_row(view: PairView, name: str, row: int, groups: list, ends: list[int
     color = COLORS[(row - 3) % len(COLORS)]
     parts = [
         f'<span class="td-label" style="grid-row:{row};grid-column:1;border-left:4px solid {color};'
-        f'padding-left:4px">{_esc(name)}</span>'
+        f'padding-left:4px">{esc(name)}</span>'
     ]
     for group in groups[bisect.bisect_right(ends, first) : bisect.bisect_left(ends, last) + 1]:
         start, end = max(group[0][1].start, first), min(group[-1][1].end, last)
@@ -120,7 +117,7 @@ def _model_row(view: PairView, name: str, row: int, groups: list, ends: list[int
             classes += ["one"] if token.end_byte < text_bytes and token.end_byte not in view.shared else []
             classes += ["cont"] if group[-1][1].end > last else []
             title = _token_title(name, number, token)
-            cells.append(f'<span class="{" ".join(classes)}" title="{_esc(title)}">{_esc(visible(token.text))}</span>')
+            cells.append(f'<span class="{" ".join(classes)}" title="{esc(title)}">{esc(visible(token.text))}</span>')
         parts.append(
             f'<span class="td-group" style="grid-row:{row};grid-column:{start - first + 2} / span {end - start}">'
             + "".join(cells)
@@ -165,12 +162,12 @@ def stats_html(view: PairView, agreement: WordAgreement | None = None) -> str:
     """Tokens, boundaries and OOV-like counts per model, the shared-boundary ratio, the word-list agreement."""
     counts = view.counts()
     rows = "".join(
-        f"<tr><td>{_esc(name)}</td><td>{counts['tokens'][name]}</td><td>{counts['boundaries'][name]}</td>"
+        f"<tr><td>{esc(name)}</td><td>{counts['tokens'][name]}</td><td>{counts['boundaries'][name]}</td>"
         f"<td>{len(view.only(name))}</td></tr>"
         for name in view.names
     )
     directions = "".join(
-        f"<li>{_esc(a)}’s tokens OOV-like for {_esc(b)}: {counts['oov_like'][direction(a, b)]}"
+        f"<li>{esc(a)}’s tokens OOV-like for {esc(b)}: {counts['oov_like'][direction(a, b)]}"
         f" of {counts['tokens'][a]}</li>"
         for a in view.names
         for b in view.names
@@ -192,15 +189,16 @@ def stats_html(view: PairView, agreement: WordAgreement | None = None) -> str:
 
 def corpus_html(scan: CorpusScan, agreement: WordAgreement, overlap: dict) -> str:
     """The corpus scan's headline numbers next to the pair's word-list agreement and vocabulary overlap."""
-    tokens = ", ".join(f"{_esc(name)} {n:,}" for name, n in scan.tokens.items())
+    tokens = ", ".join(f"{esc(name)} {n:,}" for name, n in scan.tokens.items())
     shares = "".join(
-        f"<li>{_esc(name)}: {overlap['sizes'][name]:,} token strings, {overlap['share'][name]:.1%} of them shared</li>"
+        f"<li>{esc(name)}: {overlap['sizes'][name]:,} token strings, {overlap['share'][name]:.1%} of them shared</li>"
         for name in overlap["sizes"]
     )
     return (
         f'<div class="tokdiff"><ul><li>tokens in the corpus: {tokens}</li>'
         f"<li>words and punctuation runs that break at least once: {len(scan.spans):,} distinct</li>"
-        f"<li>word-list agreement: {agreement.rate:.1%} of {agreement.words:,} common English words split identically</li>"
+        f"<li>word-list agreement: {agreement.rate:.1%} of {agreement.words:,} common English words split "
+        "identically</li>"
         f"<li>vocabulary overlap: {overlap['shared']:,} token strings in every vocabulary</li>{shares}</ul></div>"
     )
 
@@ -211,7 +209,7 @@ def token_length_figure(view: PairView) -> go.Figure:
     for i, (name, tokens) in enumerate(view.tokens.items()):
         fig.add_histogram(
             x=[t.end - t.start for t in tokens],
-            name=html.escape(name),
+            name=plot_label(name),
             marker_color=COLORS[i % len(COLORS)],
             xbins=dict(start=0.5, size=1),
         )

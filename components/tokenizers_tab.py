@@ -19,6 +19,11 @@ from .tokenizer_view import corpus_frame, corpus_html, pair_view_html, rates_fra
 from .transcript import status_html
 
 MAX_CORPUS_CHARS = 500_000  # a scan of this many characters takes a few seconds on 2 CPU cores
+NOT_SHOWN = '<p class="empty-state">Each model\'s tokens of the text, on one character ruler, appear here.</p>'
+NOT_SCANNED = (
+    '<p class="empty-state">A corpus scan\'s OOV-like rates per direction and the words that break most often '
+    "appear here.</p>"
+)
 
 
 def corpus_text(pasted: str | None, path: str | None) -> str:
@@ -67,26 +72,27 @@ class TokenizersTab:
                         status_html("Type a text to see each model's tokens on one character ruler."),
                         elem_id="tok-status",
                     )
-                    self.pair = gr.HTML(elem_id="tok-pair")
+                    self.pair = gr.HTML(NOT_SHOWN, elem_id="tok-pair")
                     self.stats = gr.HTML(elem_id="tok-stats")
                     self.lengths = gr.Plot(
                         charts.placeholder("Token length per model", "appears with the tokenizations"), show_label=False
                     )
-                    self.summary = gr.HTML(elem_id="tok-summary")
-                    self.rates = gr.Dataframe(
-                        label="OOV-like tokens per direction", interactive=False, elem_id="tok-rates"
-                    )
-                    self.spans = gr.Dataframe(
-                        label="Words and punctuation runs that break most often (click a header to sort)",
-                        interactive=False,
-                        max_height=420,
-                        elem_id="tok-spans",
-                    )
+                    self.summary = gr.HTML(NOT_SCANNED, elem_id="tok-summary")
+                    with gr.Column(visible=False) as self.tables:  # opened by the first scan
+                        self.rates = gr.Dataframe(
+                            label="OOV-like tokens per direction", interactive=False, elem_id="tok-rates"
+                        )
+                        self.spans = gr.Dataframe(
+                            label="Words and punctuation runs that break most often (click a header to sort)",
+                            interactive=False,
+                            max_height=420,
+                            elem_id="tok-spans",
+                        )
         show.click(self.show, [text, models], [self.status, self.pair, self.stats, self.lengths], api_name="tokenizers")
         scan.click(
             self.scan,
             [corpus, upload, models],
-            [self.status, self.summary, self.rates, self.spans, self.csv],
+            [self.status, self.summary, self.tables, self.rates, self.spans, self.csv],
             api_name="tokenizers_scan",
         )
 
@@ -98,7 +104,8 @@ class TokenizersTab:
         except SafeEngineError as exc:
             return problem(self.status, exc, "compare the tokenizers")
         summary = status_html(
-            "Green boundaries: every model cuts there; dashed orange: only some do. Hover a token for its ids and offsets."
+            "Green boundaries: every model cuts there; dashed orange: only some do. "
+            "Hover a token for its ids and offsets."
         )
         return {
             self.status: summary,
@@ -122,6 +129,7 @@ class TokenizersTab:
                 f"Scanned {len(text):,} characters: {len(frame):,} distinct spans break at least once."
             ),
             self.summary: corpus_html(result, word_agreement(vocabs), vocab_overlap(vocabs)),
+            self.tables: gr.Column(visible=True),
             self.rates: rates_frame(result).round(3),
             self.spans: frame.round(3),  # the CSV keeps full precision
             self.csv: gr.DownloadButton(value=str(csv), interactive=True),

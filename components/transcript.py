@@ -145,7 +145,7 @@ def _fmt(value, spec: str, unit: str = "") -> str:
 
 def metrics_html(view: RunView) -> str:
     if not view.started:
-        return '<div class="metrics empty">No run yet.</div>'
+        return '<div class="metrics empty">No run yet: its numbers and damage appear here once it starts.</div>'
     m = view.metrics()
     cards = [
         ("tokens", str(m["tokens"])),
@@ -211,7 +211,8 @@ def details_html(view: RunView, index: int | None) -> str:
         return '<div class="details empty">Click a token (or focus it and press Enter) to pin its details here.</div>'
     t = view.tokens[index]
     parts = [
-        f'<div class="details"><div class="head">{token_html(t, view, pinnable=False)} token #{t.index} · round {t.round} · <b>{esc(t.decision)}</b></div>',
+        f'<div class="details"><div class="head">{token_html(t, view, pinnable=False)} token #{t.index} · '
+        f"round {t.round} · <b>{esc(t.decision)}</b></div>",
         f'<p class="why">{esc(why(t, view))}.</p>',
     ]
     if t.draft:
@@ -237,7 +238,8 @@ def details_html(view: RunView, index: int | None) -> str:
             + _table(["model", "boundary", "own token", "p", "top token", "agrees"], rows)
         )
         parts.append(
-            f"<p>mean p: {_fmt(t.verify['mean_p'], '.3f')} · decision: {esc(t.verify['decision'])} ({esc(t.verify['reason'] or '')})</p>"
+            f"<p>mean p: {_fmt(t.verify['mean_p'], '.3f')} · decision: {esc(t.verify['decision'])} "
+            f"({esc(t.verify['reason'] or '')})</p>"
         )
     if t.point is not None:
         point = view.points[t.point]
@@ -249,7 +251,8 @@ def details_html(view: RunView, index: int | None) -> str:
             for r in point["table"][:8]
         ]
         parts.append(
-            f"<h4>ensemble ({esc(point['method'])}): chose {esc(quoted(point['chosen']))}, sharpening {esc(point['sharpening'] or 'not needed')}</h4>"
+            f"<h4>ensemble ({esc(point['method'])}): chose {esc(quoted(point['chosen']))}, "
+            f"sharpening {esc(point['sharpening'] or 'not needed')}</h4>"
             + _table(["union token"] + [esc(n) for n in names] + ["ensemble", "sharpened"], rows)
         )
     parts.append(_damage_table(view, t))
@@ -287,7 +290,10 @@ def _damage_table(view: RunView, t: TokenView) -> str:
 def run_card_html(view: RunView) -> str:
     """One strategy's transcript with its key numbers (a column of the Compare tab)."""
     m = view.metrics()
-    numbers = f"{m['tokens']} tokens · E/T {m['e_t']:.0%} · OOV-like skips {m['oov_skips']} · {_fmt(m['wall_s'], '.1f', ' s')}"
+    numbers = (
+        f"{m['tokens']} tokens · E/T {m['e_t']:.0%} · OOV-like skips {m['oov_skips']} · "
+        f"{_fmt(m['wall_s'], '.1f', ' s')}"
+    )
     if view.strategy == "per-token":
         numbers += f" · <b>OOV-like damage {m['damaged']}</b>"
     damage = view.damage_summary()

@@ -12,6 +12,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from safe_engine.damage import ModelDamage
 from safe_engine.errors import SafeEngineError
 from safe_engine.events import EVENT_TYPES
 
@@ -46,10 +47,8 @@ class RunView:
     events: list[dict] = field(default_factory=list)
     tokens: list[TokenView] = field(default_factory=list)
     points: list[dict] = field(default_factory=list)
-    commits: list[dict] = field(
-        default_factory=list
-    )  # tokens, ensembled, elapsed (s since the run started) after each commit
-    damage: list[dict] = field(default_factory=list)  # the damage events, one after each commit (none in older traces)
+    commits: list[dict] = field(default_factory=list)  # tokens, ensembled, elapsed (s since the start) per commit
+    damage: list[dict] = field(default_factory=list)  # the damage events, one per commit (none in older traces)
     started: dict | None = None
     finished: dict | None = None
     pinned: int | None = None  # the token whose details the page shows (set by a click)
@@ -157,32 +156,36 @@ class RunView:
 
     def damage_summary(self) -> dict | None:
         """The drafter's context damage, every model's OOV-like predictions and (once finished) the output's
-        degeneration: the engine's summary when the run finished, folded from the damage events while it
-        runs (the two agree at the end); None for a trace recorded before runs measured damage."""
-        drafter = self.started["drafter"] if self.started else None
+        degeneration: the engine's summary when the run finished; while it runs, the engine's per-model
+        counters rebuilt from the damage events (the two agree at the end); None for a trace recorded before
+        runs measured damage."""
         stats = (self.finished or {}).get("stats", {}).get("damage")
         if stats:
-            own = stats["models"][drafter]
-            return {
-                "drafter": drafter,
-                **{k: own[k] for k in DAMAGE_KEYS},
-                "oov_like_predictions": sum(m["oov_like_predictions"] for m in stats["models"].values()),
-                "degeneration": stats["degeneration"],
-            }
-        if not self.damage:
+            models, degeneration = stats["models"], stats["degeneration"]
+        elif self.damage:
+            models, degeneration = {name: m.summary() for name, m in self._damage_so_far().items()}, None
+        else:
             return None
-        counts = [d["models"][drafter] for d in self.damage]
-        kl = [c["kl"] for c in counts if c["kl"] is not None]
+        drafter = self.started["drafter"]
         return {
             "drafter": drafter,
-            "non_canonical": counts[-1]["non_canonical"],
-            "non_canonical_max": max(c["non_canonical"] for c in counts),
-            "kl_mean": sum(kl) / len(kl) if kl else None,
-            "kl_max": max(kl, default=None),
-            "kl_sampled": len(kl),
-            "oov_like_predictions": sum(m["oov_like"] for d in self.damage for m in d["models"].values()),
-            "degeneration": None,
+            **{k: models[drafter][k] for k in DAMAGE_KEYS},
+            "oov_like_predictions": sum(m["oov_like_predictions"] for m in models.values()),
+            "degeneration": degeneration,
         }
+
+    def _damage_so_far(self) -> dict[str, ModelDamage]:
+        """The engine's per-model damage counters, folded from the damage events of a run still going."""
+        models: dict[str, ModelDamage] = {}
+        for event in self.damage:
+            for name, m in event["models"].items():
+                counter = models.setdefault(name, ModelDamage())
+                counter.non_canonical = m["non_canonical"]
+                counter.non_canonical_max = max(counter.non_canonical_max, m["non_canonical"])
+                counter.kl += [] if m["kl"] is None else [m["kl"]]
+                counter.kl_eligible += bool(m.get("kl_eligible"))
+                counter.oov_like_predictions += bool(m["oov_like"])
+        return models
 
     def metrics(self) -> dict:
         """Counted from the events, so a run cut short (Stop, a partial trace) still adds up."""
@@ -198,9 +201,7 @@ class RunView:
             "replaced": sum(t.changed for t in self.tokens),
             "oov_skips": sum(len(t.oov_like_for) for t in self.tokens if t.decision == "skipped-oov"),
             "consensus_skips": sum(t.decision == "skipped-consensus" for t in self.tokens),
-            "damaged": sum(
-                bool(t.oov_like_for) and t.decision != "skipped-oov" for t in self.tokens
-            ),  # per-token commits
+            "damaged": sum(bool(t.oov_like_for) and t.decision != "skipped-oov" for t in self.tokens),  # per-token
             "sharpened": sum(p["sharpening"] is not None for p in self.points),
             "wall_s": wall,
             "tokens_per_s": tokens / wall if wall else None,

@@ -1,6 +1,7 @@
 """What-if branching: pin a token of a finished Live run, commit another text in its place, and watch the
 run go on from there with the same models and settings (the engine's `DecodeConfig.force`), below the
-original, with the first token where the two runs differ marked in both transcripts."""
+original (a section that opens when the first branch starts), with the first token where the two runs differ
+marked in both transcripts."""
 
 from __future__ import annotations
 
@@ -11,13 +12,11 @@ import gradio as gr
 
 from safe_engine.alignment import EOS_KEY
 from safe_engine.decoding import DecodeConfig, decode
-from safe_engine.errors import ConfigError, SafeEngineError
+from safe_engine.errors import ConfigError
 
 from . import charts
 from .panel import RunPanel
-from .pool import ModelPool
-from .runner import FRAME_INTERVAL_S, Throttle, load, problem, stopper, user_message
-from .stops import Stops
+from .runner import MODELS_QUEUE, Runner
 from .text import esc, quoted
 from .transcript import status_html, transcript_html
 from .view import RunView, first_difference, save_trace
@@ -25,7 +24,7 @@ from .view import RunView, first_difference, save_trace
 HINT = "<b>What-if:</b> once a run has finished, pin one of its tokens to commit another text in its place."
 BYTE_PIECE = re.compile(r"<0x[0-9A-F]{2}>")  # how events show a token that is part of a character
 CANDIDATES = 10  # the most offered, highest p first
-IDLE = "No branch yet: pin a token of a finished run above, pick or type another text and press Commit this instead."
+IDLE = "No branch yet: pin a token of a finished run, pick or type another text and press Commit this instead."
 
 
 @dataclass(frozen=True)
@@ -71,11 +70,12 @@ def branch_config(origin: Origin, view: RunView, index: int, text: str) -> Decod
 
 
 class WhatIf:
-    """The controls live under the Live panel's pinned details (`controls`, passed to that RunPanel); the
-    branch's own panel below the Live panel (`section`); `wire` connects them once both exist."""
+    """The controls and the branch's status line live under the Live panel's pinned details (`controls`,
+    passed to that RunPanel); the branch's own panel below the Live panel (`section`), hidden until a branch
+    starts; `wire` connects them once both exist."""
 
-    def __init__(self, pool: ModelPool, stops: Stops):
-        self.pool, self.stops = pool, stops
+    def __init__(self, runner: Runner):
+        self.runner = runner
         self.origin = gr.State(None)  # the Origin of the Live run shown, set when it starts
         self.index = gr.State(None)  # the pinned token to branch at
 
@@ -94,13 +94,16 @@ class WhatIf:
             with gr.Row():
                 self.run = gr.Button("Commit this instead", variant="primary", elem_id="whatif-run")
                 self.stop = gr.Button("Stop branch", variant="stop", elem_id="whatif-stop")
+            self.status = gr.HTML(status_html(IDLE), elem_id="branch-status")
 
     def section(self) -> None:
-        gr.Markdown("### What-if branch", elem_id="branch-title")
-        self.status = gr.HTML(status_html(IDLE), elem_id="branch-status")
-        self.panel = RunPanel("branch", plots=False)
-        self.damage = gr.Plot(charts.damage([]), show_label=False, elem_id="branch-damage")
-        self.download = gr.DownloadButton("Download branch trace (JSONL)", interactive=False, elem_id="branch-download")
+        with gr.Column(visible=False, elem_id="branch-section") as self.box:
+            gr.Markdown("### What-if branch", elem_id="branch-title")
+            self.panel = RunPanel("branch", plots=False)
+            self.damage = gr.Plot(charts.damage([]), show_label=False, elem_id="branch-damage")
+            self.download = gr.DownloadButton(
+                "Download branch trace (JSONL)", interactive=False, elem_id="branch-download"
+            )
 
     def wire(self, original: RunPanel) -> None:
         self.original = original
@@ -111,12 +114,23 @@ class WhatIf:
         self.run.click(
             self.branch,
             [self.origin, original.view, self.index, self.text],
-            [self.status, self.damage, self.download, *self.panel.outputs, original.view, original.transcript],
-            concurrency_id="models",
-            concurrency_limit=1,
+            [
+                self.status,
+                self.box,
+                self.damage,
+                self.download,
+                *self.panel.outputs,
+                original.view,
+                original.transcript,
+            ],
             api_visibility="private",
+            **MODELS_QUEUE,
         )
-        self.stop.click(stopper(self.stops), None, None, queue=False, api_visibility="private")
+        self.runner.stop_button(self.stop, api_visibility="private")
+
+    @property
+    def _original_outputs(self) -> list:
+        return [self.original.view, self.original.transcript]
 
     @property
     def reset_outputs(self) -> list:
@@ -127,6 +141,7 @@ class WhatIf:
             self.choices,
             self.text,
             self.status,
+            self.box,
             self.damage,
             self.download,
             *self.panel.outputs,
@@ -141,6 +156,7 @@ class WhatIf:
             self.choices: gr.Radio(choices=[], value=None, visible=False),
             self.text: "",
             self.status: status_html(IDLE),
+            self.box: gr.Column(visible=False),
             self.damage: charts.damage([]),
             self.download: gr.DownloadButton(value=None, interactive=False),
         } | self.panel.fresh(RunView())
@@ -165,54 +181,48 @@ class WhatIf:
         return self.offer(view, int(evt.idx))
 
     def branch(self, request: gr.Request, origin: Origin | None, original: RunView, index: int | None, text: str):
-        try:
+        view = RunView()
+
+        def doing() -> str:
+            return f"What-if: {quoted(text)} at token #{index} instead of {quoted(original.tokens[index].text)}"
+
+        def check():
             if origin is None or original.finished is None:
                 raise ConfigError(
                     "there is no finished run to branch from: run a prompt and let it finish (or stop it)"
                 )
             if index is None or not 0 <= index < len(original.tokens):
                 raise ConfigError("pin a token of the finished run first (click it)")
-            config = branch_config(origin, original, index, text or "")
-        except SafeEngineError as exc:
-            yield problem(self.status, exc, "branch")
-            return
-        loaded = yield from load(self.pool, self.stops, self.status, request.session_hash, list(origin.specs), "branch")
-        if loaded is None:
-            return
-        models, flag = loaded
-        try:
-            events = decode(models, origin.prompt, config, flag)
-        except SafeEngineError as exc:  # e.g. the drafter cannot spell the text
-            self.stops.disarm(request.session_hash, flag)
-            yield problem(self.status, exc, "branch")
-            return
-        view, clock, frames = RunView(), Throttle(), Throttle(FRAME_INTERVAL_S)
-        original.diverge = None
-        doing = f"What-if: {quoted(text)} at token #{index} instead of {quoted(original.tokens[index].text)}"
-        yield (
-            {
-                self.status: status_html(f"{doing}; the run goes on with the same models and settings…", "busy"),
+            return list(origin.specs), branch_config(origin, original, index, text or "")
+
+        def start(models, config: DecodeConfig, flag):
+            events = decode(models, origin.prompt, config, flag)  # raises e.g. when the drafter cannot spell it
+            original.diverge = None
+            first = {
+                self.status: status_html(f"{doing()}; the run goes on with the same models and settings…", "busy"),
+                self.box: gr.Column(visible=True),
                 self.damage: charts.damage([]),
                 self.download: gr.DownloadButton(value=None, interactive=False),
                 self.original.view: original,
                 self.original.transcript: transcript_html(original),
             }
-            | self.panel.fresh(view)
-        )
-        try:
-            for event in events:
-                view.add(event.to_dict())
-                if event.kind == "run_finished" or (event.kind == "text_committed" and frames.due()):
-                    yield self._progress(original, view, clock.due())
-            outcome = status_html(f"{doing}: {_outcome(view)}")
-        except Exception as exc:  # keep both runs as far as they got
-            outcome = status_html(
-                f"The branch broke off: {user_message(exc)}. Both transcripts so far are kept.", "error"
-            )
-        finally:
-            self.stops.disarm(request.session_hash, flag)
-        trace = gr.DownloadButton(value=save_trace(view.events, "what-if-trace"), interactive=True)
-        yield {self.status: outcome, self.download: trace} | self._progress(original, view, True)
+            return events, first | self.panel.fresh(view)
+
+        def step(event, pace) -> dict | None:
+            view.add(event.to_dict())
+            if event.kind == "run_finished" or (event.kind == "text_committed" and pace.frame()):
+                return self._progress(original, view, pace.charts())
+            return None
+
+        def finish(broke_off: str | None, _stopped: bool) -> dict:
+            if broke_off is None:
+                outcome = status_html(f"{doing()}: {_outcome(view)}")
+            else:
+                outcome = status_html(f"The branch broke off: {broke_off}. Both transcripts so far are kept.", "error")
+            trace = gr.DownloadButton(value=save_trace(view.events, "what-if-trace"), interactive=True)
+            return {self.status: outcome, self.download: trace} | self._progress(original, view, True)
+
+        yield from self.runner.stream(request.session_hash, self.status, "branch", check, start, step, finish)
 
     def _progress(self, original: RunView, view: RunView, with_chart: bool) -> dict:
         """The branch so far; the first difference marked in both runs as soon as it is known."""

@@ -11,18 +11,27 @@ from .events import Event, RunFinished, RunStarted
 from .models import LoadedModel, LoadOptions, load_model
 from .runtime import ModelSession
 
-_LOADED: dict[tuple[str, LoadOptions], LoadedModel] = {}
+_LOADED: dict[tuple[str, LoadOptions], LoadedModel] = {}  # the process's one model cache (CLI, app, benchmarks)
+_LOADING = threading.Lock()  # the app loads from request threads; one load at a time, never one model twice
 WARM_UP_PROMPT = "a"  # one letter: every tokenizer that can decode anything spells it
 
 
 def load_models(
-    specs: Sequence[str], options: LoadOptions = LoadOptions(), progress: Callable[[str], None] | None = None
+    specs: Sequence[str],
+    options: LoadOptions = LoadOptions(),
+    progress: Callable[[str], None] | None = None,
+    warm: bool = False,
 ) -> list[LoadedModel]:
-    """Load each spec once per process; later calls (another run, another UI session) reuse it."""
-    for spec in specs:
-        if (spec, options) not in _LOADED:
-            _LOADED[(spec, options)] = load_model(spec, options, progress)
-    return [_LOADED[(spec, options)] for spec in specs]
+    """Load each spec once per process; later calls (another run, another UI session) reuse it. `warm`:
+    `warm_up` each model as it loads, so the first run's timing leaves out its lazy set-up."""
+    with _LOADING:
+        for spec in specs:
+            if (spec, options) not in _LOADED:
+                model = load_model(spec, options, progress)
+                if warm:
+                    warm_up([model])
+                _LOADED[(spec, options)] = model
+        return [_LOADED[(spec, options)] for spec in specs]
 
 
 def warm_up(models: Sequence[LoadedModel], config: DecodeConfig | None = None) -> None:

@@ -252,7 +252,9 @@ def test_what_if_branch_forces_a_token_and_marks_the_first_difference(page, tmp_
     expect(page.locator("#live-details")).to_contain_text("damage after the commit that holds it")
     page.locator("#whatif-choices label").first.click()
     expect(page.locator("#whatif-text textarea")).not_to_have_value("")
+    expect(page.locator("#branch-section")).to_be_hidden()  # nothing to show before a branch starts
     page.locator("#whatif-run").click()
+    expect(page.locator("#branch-section")).to_be_visible(timeout=RUN_MS)
     expect(page.locator("#branch-status")).to_contain_text("first differ at token #2", timeout=RUN_MS)
     forced = page.locator("#branch-transcript .tok.forced")
     expect(forced).to_have_count(1)

@@ -7,6 +7,7 @@ import plotly.graph_objects as go
 import pytest
 
 from components.benchmark_tab import FIGURES, MAX_LIMIT, folder_view, plan, progress_line, report_files
+from components.settings import RunSettings
 from safe_engine.bench import builtin_tasks
 from safe_engine.bench.report import write_report
 from safe_engine.bench.store import RESULTS, SETTINGS
@@ -45,7 +46,7 @@ def _plan(
     style="direct",
     live=LIVE,
 ):
-    return plan(list(tasks), upload, list(strategies), limit, max_new, style, str(tmp_path / "out"), *live)
+    return plan(list(tasks), upload, list(strategies), limit, max_new, style, str(tmp_path / "out"), RunSettings(*live))
 
 
 def test_plan_takes_the_bench_fields_and_the_live_models(tmp_path):
@@ -88,7 +89,7 @@ def test_plan_refuses_unreadable_and_clashing_task_files(tmp_path):
     with pytest.raises(ModelSpecError):
         _plan(tmp_path, live=["embedded:no-such-model", None, *LIVE[2:]])
     with pytest.raises(ConfigError, match="output folder is empty"):
-        plan(["arithmetic"], None, ["safe"], 1, 8, "direct", "  ", *LIVE)
+        plan(["arithmetic"], None, ["safe"], 1, 8, "direct", "  ", RunSettings(*LIVE))
 
 
 def write_folder(out: Path) -> None:

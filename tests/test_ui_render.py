@@ -6,7 +6,7 @@ import plotly.graph_objects as go
 import pytest
 
 from components import charts
-from components.settings import MAX_NEW_TOKENS, build, parse_specs
+from components.settings import MAX_NEW_TOKENS, RunSettings, build, parse_specs
 from components.text import plot_label
 from components.transcript import (
     LEGEND,
@@ -286,20 +286,23 @@ FORM = dict(
     ],
 )
 def test_bad_form_input_fails_before_loading(change, error, message):
+    form = RunSettings(**(FORM | {k: v for k, v in change.items() if k != "prompt"}))
     with pytest.raises(error, match=message):
-        build(**({"prompt": "Hi"} | FORM | change))
+        build(change.get("prompt", "Hi"), form)
 
 
 def test_good_form_input_builds_a_config():
     specs, config = build(
-        prompt="Hi", **(FORM | {"drafter": "embedded:smollm2-135m-instruct", "strategy": "per-token"})
+        "Hi", RunSettings(**(FORM | {"drafter": "embedded:smollm2-135m-instruct", "strategy": "per-token"}))
     )
     assert specs == parse_specs("embedded:gemma-3-270m, embedded:smollm2-135m-instruct")
     assert (config.drafter, config.strategy, config.max_new_tokens) == (1, "per-token", 16)
     three = "embedded:gemma-3-270m\nembedded:smollm2-135m-instruct\nembedded:smollm2-135m-instruct"  # one per line
-    specs, config = build(prompt="Hi", **(FORM | {"models_text": three, "temperature": 0.7, "seed": 5, "gate": "off"}))
+    specs, config = build(
+        "Hi", RunSettings(**(FORM | {"models_text": three, "temperature": 0.7, "seed": 5, "gate": "off"}))
+    )
     assert len(specs) == 3 and (config.temperature, config.seed, config.ensemble.gate) == (0.7, 5, False)
-    assert config.draft_gate == 0.3 and build(prompt="Hi", **(FORM | {"draft_gate": 0}))[1].draft_gate == 0.0
+    assert config.draft_gate == 0.3 and build("Hi", RunSettings(**(FORM | {"draft_gate": 0})))[1].draft_gate == 0.0
 
 
 def test_app_builds_and_rejects_a_bad_model_spec_before_launching(capsys):

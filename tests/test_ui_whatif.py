@@ -11,6 +11,7 @@ from tiny_models import char_tokenizer, tiny_model_folder, unigram_tokenizer
 
 from components.panel import RunPanel
 from components.pool import ModelPool
+from components.runner import Runner
 from components.stops import Stops
 from components.transcript import transcript_html
 from components.view import RunView, first_difference
@@ -105,7 +106,7 @@ def specs(tmp_path_factory):
 def tab(specs):
     """The Live panel and the what-if controls, as the Live tab builds them (outside a server)."""
     with gr.Blocks():
-        whatif = WhatIf(ModelPool(), Stops())
+        whatif = WhatIf(Runner(ModelPool(), Stops()))
         live = RunPanel("live", below_details=whatif.controls)
         whatif.section()
         whatif.wire(live)
@@ -127,7 +128,7 @@ def _branch(tab, origin, original, index, text, session="s", on_busy=None) -> li
 
 
 def test_bad_branch_input_is_a_message_and_keeps_the_run(tab, specs):
-    origin, original = _original(tab.pool, specs, DecodeConfig(max_new_tokens=6))
+    origin, original = _original(tab.runner.pool, specs, DecodeConfig(max_new_tokens=6))
     shown = transcript_html(original)
     running = RunView.of(original.events[:-1])
     spelled_by_chars = replace(
@@ -148,7 +149,7 @@ def test_bad_branch_input_is_a_message_and_keeps_the_run(tab, specs):
 
 
 def test_a_branch_forces_the_text_and_marks_the_first_difference(tab, specs):
-    origin, original = _original(tab.pool, specs, DecodeConfig(max_new_tokens=8))
+    origin, original = _original(tab.runner.pool, specs, DecodeConfig(max_new_tokens=8))
     index = 2
     text = (candidates(original, index) + [("", " dog")])[0][1]
     outputs = _branch(tab, origin, original, index, text)
@@ -165,15 +166,17 @@ def test_a_branch_forces_the_text_and_marks_the_first_difference(tab, specs):
 
 
 def test_stop_ends_a_branch(tab, specs):
-    origin, original = _original(tab.pool, specs, DecodeConfig(max_new_tokens=6))
-    outputs = _branch(tab, origin, original, 0, " dog", session="stopper", on_busy=lambda: tab.stops.stop("stopper"))
+    origin, original = _original(tab.runner.pool, specs, DecodeConfig(max_new_tokens=6))
+    outputs = _branch(
+        tab, origin, original, 0, " dog", session="stopper", on_busy=lambda: tab.runner.stops.stop("stopper")
+    )
     branch = outputs[-1][tab.panel.view]
     assert branch.finished["stop_reason"] == "stopped" and len(branch.tokens) < 6
     assert "stopped" in outputs[-1][tab.status]
 
 
 def test_forcing_the_committed_text_marks_nothing(tab, specs):
-    origin, original = _original(tab.pool, specs, DecodeConfig(max_new_tokens=6))
+    origin, original = _original(tab.runner.pool, specs, DecodeConfig(max_new_tokens=6))
     token = next(
         t for t in original.tokens if not BYTE_PIECE.search(t.text) and not t.special
     )  # a text, not a byte of one
