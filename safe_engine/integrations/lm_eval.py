@@ -24,7 +24,6 @@ Model args are the decoding options of ``python -m safe_engine generate`` (`opti
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import sys
@@ -44,7 +43,7 @@ from ..errors import ConfigError
 from ..models import LoadedModel
 from . import likelihood
 from .options import parse_options
-from .runs import complete, flatten_messages
+from .runs import complete, flatten_messages, plain
 
 logger = logging.getLogger(__name__)
 
@@ -52,13 +51,6 @@ CHAT_PREFIX = "safe-ensemble chat:"
 """Marks a context built by `apply_chat_template`: the JSON conversation follows (lm-eval keeps it as is)."""
 DEFAULT_MAX_GEN_TOKS = 256  # lm-eval's HF model's default
 GEN_KWARGS = {"until", "max_gen_toks", "do_sample", "temperature", "top_p"}
-
-
-def plain(lm: LoadedModel) -> LoadedModel:
-    """The same loaded model (weights, tokenizer, byte table) fed its prompt as plain text."""
-    view = copy.copy(lm)
-    view.use_chat_template = False
-    return view
 
 
 @register_model("safe-ensemble")

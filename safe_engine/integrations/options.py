@@ -29,6 +29,8 @@ def options_argv(options: Mapping[str, object], parser: argparse.ArgumentParser 
     actions = {action.dest: action for action in parser._actions if action.option_strings}
     argv: list[str] = []
     for key, value in options.items():
+        if value is None:  # not given: the default (or the base arguments') holds
+            continue
         dest = key.replace("-", "_")
         action = actions.get(dest)
         if action is None:
@@ -36,8 +38,7 @@ def options_argv(options: Mapping[str, object], parser: argparse.ArgumentParser 
             raise UsageError(f"unknown decoding option {key!r}; known: {known}")
         flag = next(s for s in action.option_strings if s.startswith("--"))
         if isinstance(action, argparse.BooleanOptionalAction):
-            if value is not None:
-                argv.append(flag if _boolean(key, value) else "--no-" + flag[2:])
+            argv.append(flag if _boolean(key, value) else "--no-" + flag[2:])
         elif action.nargs == 0:  # store_true
             if _boolean(key, value):
                 argv.append(flag)
@@ -45,7 +46,7 @@ def options_argv(options: Mapping[str, object], parser: argparse.ArgumentParser 
             argv += [f"{flag}={item}" for item in _items(value)]
         elif action.nargs in ("+", "*"):
             argv += [flag, *_items(value)]
-        elif value is not None:
+        else:
             argv.append(f"{flag}={value}")
     return argv
 

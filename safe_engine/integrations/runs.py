@@ -5,6 +5,7 @@ SAFE's provenance of the run, and conversations flattened into the one user turn
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,6 +29,14 @@ class Completion:
     @property
     def finish_reason(self) -> str:
         return FINISH_REASONS[self.stop_reason]
+
+
+def plain(lm: LoadedModel) -> LoadedModel:
+    """The same loaded model (weights, tokenizer, byte table) fed its prompt as plain text, no chat template:
+    lm-eval's contexts and /v1/completions prompts are the model's whole input."""
+    view = copy.copy(lm)
+    view.use_chat_template = False
+    return view
 
 
 def without_stop(text: str, stop_reason: str, stops: Sequence[str]) -> str:
