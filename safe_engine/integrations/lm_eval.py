@@ -39,8 +39,8 @@ from tqdm import tqdm
 from ..cli import load_options
 from ..compare import load_models
 from ..config import DecodeConfig
-from ..errors import ConfigError
-from ..models import LoadedModel
+from ..errors import ConfigError, ModelLoadError
+from ..models import LoadedModel, pick_device
 from . import likelihood
 from .options import parse_options
 from .runs import complete, flatten_messages, plain
@@ -67,6 +67,8 @@ class SafeEnsembleLM(LM):
         super().__init__()
         if models is not None:
             options["models"] = models
+        if options.get("device") is not None:
+            options["device"] = _available(str(options["device"]))
         self._max_new_tokens_given = "max_new_tokens" in options or "max-new-tokens" in options
         self.args, self.config = parse_options(options)
         if int(concurrency) < 1:
@@ -224,6 +226,15 @@ class SafeEnsembleLM(LM):
             if self.provenance_file:
                 with open(self.provenance_file, "a", encoding="utf-8") as handle:
                     handle.write(json.dumps(line, ensure_ascii=False) + "\n")
+
+
+def _available(device: str) -> str:
+    """lm-eval passes its own default device (cuda:0) when none is asked for: fall back as its HF model does."""
+    try:
+        return pick_device(device)
+    except ModelLoadError:
+        logger.warning("device %s is not available here; safe-ensemble picks one itself", device)
+        return "auto"
 
 
 def _participants(models: Sequence[LoadedModel], config: DecodeConfig) -> list[LoadedModel]:
