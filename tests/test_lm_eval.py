@@ -199,18 +199,18 @@ def test_until_is_cut_off_and_generation_is_deterministic(lm):
 # ---------------------------------------------------------------- the same rows through the bench and lm-eval
 @pytest.mark.real_models
 def test_bench_and_lm_eval_generate_the_same_text_item_by_item(embedded_pair):
-    config = DecodeConfig(strategy="safe", max_new_tokens=24)
+    config = DecodeConfig(strategy="safe", max_new_tokens=16)
     model = SafeEnsembleLM(models="embedded:gemma-3-270m|embedded:smollm2-135m-instruct", strategy="safe")
-    examples = load_task("facts", limit=3)
+    examples = load_task("facts", limit=2)
     from safe_engine.integrations.lm_eval_tasks import utils as task_utils
 
-    docs = list(task_utils.bench_dataset("facts")["test"])[:3]
+    docs = list(task_utils.bench_dataset("facts")["test"])[:2]
     requests = [
         _request(
             "generate_until",
             (
                 model.apply_chat_template([{"role": "user", "content": d["prompt"]}]),
-                {"until": ["\n"], "max_gen_toks": 24},
+                {"until": ["\n"], "max_gen_toks": 16},
             ),
             doc_id=i,
         )
@@ -230,5 +230,5 @@ def test_bench_and_lm_eval_generate_the_same_text_item_by_item(embedded_pair):
 def test_front_door_on_the_embedded_pair(strategy, embedded_pair, capsys):
     args = f"models=embedded:gemma-3-270m|embedded:smollm2-135m-instruct,strategy={strategy}"
     argv = ["lm-eval", "run", "--model", "safe-ensemble", "--model_args", args, "--tasks", "safe_gsm8k_cot"]
-    assert cli.main(argv + ["--include_path", TASKS, "--limit", "2", "--gen_kwargs", "max_gen_toks=16"]) == 0
+    assert cli.main(argv + ["--include_path", TASKS, "--limit", "1", "--gen_kwargs", "max_gen_toks=8"]) == 0
     assert "|safe_gsm8k_cot|" in capsys.readouterr().out

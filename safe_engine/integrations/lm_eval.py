@@ -75,9 +75,9 @@ class SafeEnsembleLM(LM):
             raise ConfigError("concurrency must be at least 1")
         self.concurrency = int(concurrency)
         self.templated = load_models(self.args.models, load_options(self.args), _progress)
-        self.untemplated = [plain(lm) for lm in self.templated]
         for lm in self.templated:
-            _ = lm.vocab.id_of_bytes  # build the byte tables once, before threads share them
+            _ = lm.vocab.id_of_bytes  # build the byte tables once, before threads (and the plain views) share them
+        self.untemplated = [plain(lm) for lm in self.templated]
         self.provenance: list[dict] = []
         self.provenance_file = provenance_file
         self._lock = threading.Lock()

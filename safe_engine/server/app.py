@@ -98,9 +98,9 @@ class Run:
 class Engine:
     def __init__(self, models: Sequence[LoadedModel], settings: Settings):
         self.templated = list(models)
-        self.untemplated = [plain(lm) for lm in models]
         for lm in self.templated:
-            _ = lm.vocab.id_of_bytes  # build the byte tables once, before threads share them
+            _ = lm.vocab.id_of_bytes  # build the byte tables once, before threads (and the plain views) share them
+        self.untemplated = [plain(lm) for lm in models]
         self.settings = settings
         self.counters = Counters()
         self.pool = ThreadPoolExecutor(max_workers=settings.concurrency, thread_name_prefix="safe-run")
