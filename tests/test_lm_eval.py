@@ -80,6 +80,13 @@ def test_front_door_prints_the_results_table(strategy, specs, capsys):
     assert f"strategy={strategy}" in out or f"'strategy': '{strategy}'" in out
 
 
+def test_registering_keeps_lm_evals_own_models():
+    from lm_eval.api.registry import get_model
+
+    assert get_model("safe-ensemble") is SafeEnsembleLM
+    assert get_model("local-completions").__name__ == "LocalCompletionsAPI"  # lm-eval fills only an empty registry
+
+
 def test_bad_model_args_fail_with_the_cli_message(specs):
     with pytest.raises(cli.UsageError, match="argument --lookahead: invalid int value: 'x'"):
         SafeEnsembleLM.create_from_arg_string(f"models={'|'.join(specs)},lookahead=x")
