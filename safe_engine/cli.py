@@ -1,4 +1,5 @@
-"""Command line: ``python -m safe_engine generate|compare|bench|tokdiff ...``. Bad input: one line on stderr, exit 2."""
+"""Command line: ``python -m safe_engine generate|compare|bench|tokdiff|lm-eval|serve ...``. Bad input: one line on
+stderr, exit 2."""
 
 from __future__ import annotations
 
@@ -175,6 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="two or more specs (default: the embedded pair)",
     )
     tok.add_argument("--json", action="store_true", help="print one JSON result on stdout")
+    _integration_parsers(sub)
     return parser
 
 
@@ -223,11 +225,14 @@ def _progress(message: str) -> None:
     print(f"[safe] {message}", file=sys.stderr, flush=True)
 
 
-def _load(args):
-    options = LoadOptions(
+def load_options(args) -> LoadOptions:
+    return LoadOptions(
         args.device, args.dtype, args.trust_remote_code, not args.no_chat_template, cpu_int8=args.cpu_int8
     )
-    return load_models(args.models, options, _progress)
+
+
+def _load(args):
+    return load_models(args.models, load_options(args), _progress)
 
 
 def _generate(args) -> int:
@@ -342,10 +347,62 @@ def _tokdiff(args) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+# ---------------------------------------------------------------- integrations: lm-eval's model and the OpenAI server
+# Their modules sit beside the engine and are imported only when their subcommand runs (optional dependencies).
+
+
+def _integration_parsers(sub) -> None:
+    sub.add_parser(
+        "lm-eval",
+        add_help=False,
+        help="lm-evaluation-harness's own CLI with the safe-ensemble model registered (every argument passes through)",
+    )
+    serve = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions)")
+    serve.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: loopback only)")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--api-key", metavar="KEY", help="require 'Authorization: Bearer KEY' on every request")
+    serve.add_argument("--strategy", choices=STRATEGIES, default="safe", help="what the pair's own model id runs")
+    serve.add_argument("--concurrency", type=int, default=8, metavar="N", help="runs decoding at the same time")
+    serve.add_argument("--queue", type=int, default=32, metavar="N", help="requests waiting beyond those (then 429)")
+    _decoding_options(serve, with_strategy=False, one_prompt=False)
+
+
+def decoding_parser() -> argparse.ArgumentParser:
+    """The decoding options of `generate` without a prompt: integrations read theirs (lm-eval's model args, a
+    request's extra fields) through it, so they take the same names, types and checks as the command line."""
+    parser = _Parser(prog="decoding options", add_help=False)
+    _decoding_options(parser, with_strategy=True, one_prompt=False)
+    return parser
+
+
+def decoding_config(args) -> DecodeConfig:
+    """The checked `DecodeConfig` of parsed decoding options (UsageError/ConfigError on bad input)."""
+    return _config(args, args.strategy)
+
+
+def _lm_eval(argv: Sequence[str]) -> int:
     try:
+        from .integrations.lm_eval import run_cli
+    except ModuleNotFoundError as exc:
+        raise UsageError(f"{exc.name} is not installed: pip install -r requirements-integrations.txt") from exc
+
+    return run_cli(argv)
+
+
+def _serve(args) -> int:
+    from .server.runner import serve
+
+    return serve(args, _progress)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv[:1] == ["lm-eval"]:
+            return _lm_eval(argv[1:])
         args = build_parser().parse_args(argv)
-        return {"generate": _generate, "compare": _compare, "bench": _bench, "tokdiff": _tokdiff}[args.command](args)
+        commands = {"generate": _generate, "compare": _compare, "bench": _bench, "tokdiff": _tokdiff, "serve": _serve}
+        return commands[args.command](args)
     except SafeEngineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
