@@ -356,6 +356,8 @@ class Run:
         return self._last_commit
 
     def _token(self, piece: Piece, start: int, end: int) -> CommittedToken:
+        """The committed piece as the event shows it; its text joins the degeneration measures, and an end
+        token among its ids ends the run."""
         lm = self.drafter.lm
         key = lm.key_of(piece.ids[0]) if len(piece.ids) == 1 else lm.vocab.join(piece.ids)
         text = key_text(key)
