@@ -7,6 +7,7 @@ only grows by appending spans, which Gradio streams as "append" diffs.
 from __future__ import annotations
 
 from safe_engine.damage import degenerate
+from safe_engine.reasons import Decision, Reason
 
 from .text import esc, glyphs, quoted
 from .view import RunView, TokenView
@@ -33,7 +34,7 @@ def token_classes(t: TokenView) -> str:
         "ensembled": ["ens"],
         "forced": ["forced"],
     }[t.decision]
-    if t.reason == "mean>0.5":
+    if Reason.parse(t.reason) is Reason.MEAN:
         names.append("mean")
     if t.changed:
         names.append("repl")
@@ -46,42 +47,50 @@ def token_classes(t: TokenView) -> str:
     return " ".join(names)
 
 
-KEPT = {
-    "unanimity": "kept: every verifier's top token is its own token here (unanimity)",
-    "mean>0.5": "kept: mean p {mean:.2f} > 0.5",
-    "gate": "kept: GaC's gate, the drafter's top p is at least 0.5",
-    "accepted": "kept with probability {accept:.2f} = min(1, mean p / the drafter's p), as speculative sampling does",
+EXPLAINED = {
+    Reason.UNANIMITY: "kept: every verifier's top token is its own token here (unanimity)",
+    Reason.MEAN: "kept: mean p {mean:.2f} > 0.5",
+    Reason.GATE: "kept: GaC's gate, the drafter's top p is at least 0.5",
+    Reason.ACCEPTED: (
+        "kept with probability {accept:.2f} = min(1, mean p / the drafter's p), as speculative sampling does"
+    ),
+    Reason.NO_TEXT: "not ensembled: a special token that writes no text, so no other model can see it",
+    Reason.INSIDE_CHARACTER: (
+        "not ensembled: the drafter is in the middle of spelling a character in bytes, where no other model has "
+        "a position"
+    ),
+    Reason.BOUNDARY_MISSING: (
+        "not ensembled: OOV-like for {models} (its tokenization has no boundary before this token)"
+    ),
+    Reason.RESAMPLED: (
+        "ensembled: the draft was not kept (kept with probability {accept:.2f}), so the ensemble was sampled"
+    ),
+    Reason.NO_CONSENSUS: "ensembled: no consensus (mean p {mean:.2f} ≤ 0.5 and the top tokens differ)",
 }
+# A token whose trace names no reason (hand-made or cut short) is explained by its decision.
+BY_DECISION = {Decision.SKIPPED_OOV: Reason.BOUNDARY_MISSING, Decision.ENSEMBLED: Reason.NO_CONSENSUS}
 
 
 def why(t: TokenView, view: RunView) -> str:
     """What happened at this token and why, in one plain sentence."""
-    mean = (t.verify or {}).get("mean_p")
-    if t.decision == "accepted":
+    verify = t.verify or {}
+    mean, accept = verify.get("mean_p"), verify.get("accept_p") or 0
+    reason = Reason.parse(t.reason) or BY_DECISION.get(t.decision)
+    if t.decision == Decision.ACCEPTED:
         text = "committed as drafted: one model decodes alone and nothing checks it"
-    elif t.decision == "forced":
+    elif t.decision == Decision.FORCED:
         text = "forced: you committed this text here" + (
             f" instead of {quoted(t.drafted)}" if t.drafted is not None else " (the strategy picked it too)"
         )
-    elif t.decision == "skipped-oov" and t.reason == "a special token with no text":
-        text = "not ensembled: a special token that writes no text, so no other model can see it"
-    elif t.decision == "skipped-oov" and t.reason == "inside a character":
-        text = "not ensembled: the drafter is in the middle of spelling a character in bytes, where no other model has a position"
-    elif t.decision == "skipped-oov":
-        text = f"not ensembled: OOV-like for {', '.join(t.oov_like_for)} (its tokenization has no boundary before this token)"
-    elif t.decision == "skipped-consensus":
-        text = KEPT.get(t.reason, "kept").format(mean=mean or 0, accept=(t.verify or {}).get("accept_p") or 0)
-    elif view.strategy == "per-token":
+    elif t.decision == Decision.ENSEMBLED and view.strategy == "per-token":
         text = "ensembled: per-token ensembling runs every model at every step"
-    elif t.reason == "resampled":
-        text = f"ensembled: the draft was not kept (kept with probability {(t.verify or {}).get('accept_p') or 0:.2f}), so the ensemble was sampled"
+    elif reason is None:
+        text = "kept"
+    elif reason is Reason.NO_CONSENSUS and mean is None:
+        text = "ensembled"
     else:
-        text = (
-            f"ensembled: no consensus (mean p {mean:.2f} ≤ 0.5 and the top tokens differ)"
-            if mean is not None
-            else "ensembled"
-        )
-    if t.decision == "ensembled" and t.point is not None:
+        text = EXPLAINED[reason].format(mean=mean or 0, accept=accept, models=", ".join(t.oov_like_for))
+    if t.decision == Decision.ENSEMBLED and t.point is not None:
         point = view.points[t.point]
         if t.drafted is not None:
             text += f"; the ensemble chose {quoted(point['chosen'])} over the draft {quoted(t.drafted)}"
@@ -91,7 +100,7 @@ def why(t: TokenView, view: RunView) -> str:
             text += "; the ensemble kept the drafter's token"
         if point["sharpening"]:
             text += f"; sharpened ({point['sharpening']}) because the ensemble was too flat (max p < 0.5)"
-    if t.oov_like_for and t.decision != "skipped-oov":
+    if t.oov_like_for and t.decision != Decision.SKIPPED_OOV:
         text += f"; OOV-like for {', '.join(t.oov_like_for)}: its tokenizer would not split the text here"
     return text
 

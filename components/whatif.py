@@ -5,7 +5,6 @@ marked in both transcripts."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 
 import gradio as gr
@@ -22,7 +21,6 @@ from .transcript import status_html, transcript_html
 from .view import RunView, first_difference, save_trace
 
 HINT = "<b>What-if:</b> once a run has finished, pin one of its tokens to commit another text in its place."
-BYTE_PIECE = re.compile(r"<0x[0-9A-F]{2}>")  # how events show a token that is part of a character
 CANDIDATES = 10  # the most offered, highest p first
 IDLE = "No branch yet: pin a token of a finished run, pick or type another text and press Commit this instead."
 
@@ -39,20 +37,21 @@ class Origin:
 def candidates(view: RunView, index: int) -> list[tuple[str, str]]:
     """(label, text) to commit instead of token `index`: the top of its ensemble point's union table, else the
     drafter's top-k where it was drafted. Leaves out the committed text (forcing it changes nothing), the
-    end marker and pieces of a character (shown as <0xNN>): a forced text is spelled as text, so it can
-    neither end the answer nor be part of a character."""
+    end marker and pieces of a character (those carry their bytes in `raw_hex`): a forced text is spelled as
+    text, so it can neither end the answer nor be part of a character."""
     t = view.tokens[index]
     if t.point is not None:
         rows = [
-            (r["text"], r["after"] if r["after"] is not None else r["before"]) for r in view.points[t.point]["table"]
+            (r["text"], r["after"] if r["after"] is not None else r["before"], r.get("raw_hex"))
+            for r in view.points[t.point]["table"]
         ]
     elif t.draft:
-        rows = [(c["text"], c["p"]) for c in t.draft["top_k"]]
+        rows = [(c["text"], c["p"], c.get("raw_hex")) for c in t.draft["top_k"]]
     else:
         rows = []
     seen, out = {t.text, EOS_KEY, ""}, []
-    for text, p in rows:
-        if text not in seen and not BYTE_PIECE.search(text):
+    for text, p, piece_bytes in rows:
+        if text not in seen and piece_bytes is None:
             seen.add(text)
             out.append((f"{quoted(text)}  p {p:.3f}", text))
     return out[:CANDIDATES]

@@ -23,8 +23,8 @@ from .tokdiff import corpus_scan, load_vocabs, pair_view, visible, word_agreemen
 DEFAULTS, ENSEMBLE = DecodeConfig(), EnsembleConfig()
 SAFE_MODE_HELP = (
     "exact: the paper's loop, one ensemble per round and the rest of the draft dropped; fast: keep scanning "
-    "a draft the ensemble confirmed (about 1 % faster here; later positions see less lookahead text, so "
-    "outputs can differ: 0 of 20 benchmark prompts did, 3 of 60 random tiny-model pairs)"
+    "a draft the ensemble confirmed (later positions see less lookahead text, so outputs can differ; the "
+    "README has the measured speed and differences)"
 )
 PER_TOKEN_COMMIT_HELP = (
     "first-subtoken: the drafter appends only its first sub-token of the ensemble's string, as UniTE "
@@ -98,12 +98,13 @@ def _decoding_options(parser: argparse.ArgumentParser, with_strategy: bool, one_
         type=float,
         default=DEFAULTS.draft_gate,
         metavar="TAU",
-        help="SAFE: end a draft right after a token the drafter gives p < TAU (default %(default)s; 0: the paper's full drafts; see README)",
+        help="SAFE: end a draft right after a token the drafter gives p < TAU "
+        "(default %(default)s; 0: the paper's full drafts; see README)",
     )
     parser.add_argument(
         "--cpu-int8",
         action="store_true",
-        help="int8 weights on the CPU (about 5× as fast here, a third less accurate on the README's benchmark)",
+        help="int8 weights on the CPU: faster, less accurate (the README has the measured speed and accuracy)",
     )
     parser.add_argument(
         "--damage-kl-steps",

@@ -95,11 +95,11 @@ def comparison_plan(
 
 
 def run_comparison(
-    models: Sequence[LoadedModel], prompt: str, config: DecodeConfig, stop: threading.Event | None = None
+    models: Sequence[LoadedModel], prompt: str, config: DecodeConfig, cancel: threading.Event | None = None
 ) -> Iterator[tuple[str, Event]]:
-    """Events of every run in the plan, each tagged with its label, in order."""
+    """Events of every run in the plan, each tagged with its label, in order (`cancel`: see `decode`)."""
     for label, run_models, run_config in comparison_plan(models, config):
-        for event in decode(run_models, prompt, run_config, stop):
+        for event in decode(run_models, prompt, run_config, cancel):
             yield label, event
 
 

@@ -20,15 +20,14 @@ class DecodeConfig:
     max_new_tokens: int = 64
     lookahead: int = 5  # n: tokens the drafter drafts per SAFE round (the paper's default)
     drafter: int = 0  # index into the model list
-    safe_mode: str = "exact"  # exact: the paper's one ensemble per round | fast: keep scanning a draft an ensemble kept
+    safe_mode: str = "exact"  # exact: the paper's one ensemble per round | fast: keep scanning past a kept draft
     per_token_commit: str = "first-subtoken"  # UniTE: the drafter appends its first sub-token of the choice | full
     ensemble: EnsembleConfig = field(default_factory=EnsembleConfig)
     temperature: float = 0.0  # 0: greedy
     top_p: float = 1.0
     seed: int | None = None  # None: a fresh seed, reported in RunStarted.config
-    draft_gate: float = (
-        0.3  # SAFE: end a round's draft right after a token the drafter gave p < this (0: the paper's full drafts)
-    )
+    # SAFE: end a round's draft right after a token the drafter gave p < draft_gate (0: the paper's full drafts)
+    draft_gate: float = 0.3
     stop: tuple[str, ...] = ()  # the run ends at the first of these strings after the response's leading whitespace
     force: tuple[tuple[int, str], ...] = ()  # (committed-token index, text committed there instead): what-if branches
     damage_kl_steps: int = 16  # conditioning-damage KL measured at most this often (one extra forward each)

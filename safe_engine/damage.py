@@ -22,8 +22,10 @@ from itertools import groupby
 
 import torch
 
-from .alignment import tokenize
+from .alignment import complete_utf8_prefix, tokenize
+from .participant import Participant
 from .runtime import ModelSession
+from .stats import RunStats
 
 _UNITS = re.compile(r"\w+|[^\w\s]|\n")
 
@@ -34,7 +36,8 @@ def non_canonical(spans: Sequence[tuple[int, int]], canonical: Sequence[tuple[in
 
 
 def kl_divergence(reference: torch.Tensor, other: torch.Tensor) -> float:
-    """KL(softmax(reference) ‖ softmax(other)) in nats, from two logit rows over the same vocabulary."""
+    """KL(softmax(reference) ‖ softmax(other)) in nats, from two logit (or log-probability) rows over the
+    same vocabulary."""
     p, q = torch.log_softmax(reference.float(), dim=-1), torch.log_softmax(other.float(), dim=-1)
     return max(float((p.exp() * (p - q)).sum()), 0.0)
 
@@ -92,45 +95,52 @@ class ModelDamage:
 
 class DamageMeter:
     """Measures the drafter's context after every commit (verifiers re-tokenize canonically by
-    construction) and counts every model's OOV-like predictions."""
+    construction) and counts every model's OOV-like predictions. Its own time goes to
+    `stats.time_split["damage"]`, which the run's wall time leaves out."""
 
-    def __init__(self, names: Sequence[str], kl_steps: int):
-        self.models = {name: ModelDamage() for name in names}
+    def __init__(self, drafter: str, verifiers: Sequence[str], kl_steps: int, stats: RunStats):
+        self.drafter, self.verifiers = drafter, list(verifiers)
+        self.models = {name: ModelDamage() for name in [drafter, *verifiers]}
         self.kl_left = kl_steps
+        self.stats = stats
         self._canonical: ModelSession | None = None  # the drafter fed its canonical tokenization, for KL
 
-    def measure(self, run) -> dict[str, dict]:
-        """This commit's measures per model: {"non_canonical": n, "kl": nats or None, "kl_eligible": bool}
-        (eligible: the context is non-canonical and a prediction follows; then None means the budget ran out)."""
-        drafter, raw = run.drafter, run.response.raw
-        complete = run.response.complete_length
-        with run.stats.timed("damage"):
-            canonical = tokenize(drafter.lm.vocab, raw[:complete])
-            spans = [s for s in drafter.lm.vocab.spans(run.response.ids) if s[1] <= complete]
+    def measure(
+        self, drafter: Participant, response_ids: Sequence[int], raw: bytes, predicts_next: bool
+    ) -> dict[str, dict]:
+        """This commit's measures per model: {"non_canonical": n, "kl": nats or None, "kl_eligible": bool}.
+
+        `drafter`: the drafting participant, whose response so far is `response_ids` spelling `raw`;
+        `predicts_next`: the run goes on. Eligible: the context is non-canonical and a prediction follows;
+        then None means the budget ran out."""
+        complete = complete_utf8_prefix(raw)
+        vocab = drafter.lm.vocab
+        with self.stats.timed("damage"):
+            canonical = tokenize(vocab, raw[:complete])
+            spans = [s for s in vocab.spans(response_ids) if s[1] <= complete]
             count = non_canonical(spans, canonical.spans)
         kl, eligible = None, False
-        own = self.models[drafter.name]
-        own.non_canonical, own.non_canonical_max = count, max(own.non_canonical_max, count)
-        if count and complete == len(raw) and not run.ended:  # a next prediction follows
+        record = self.models[self.drafter]
+        record.non_canonical, record.non_canonical_max = count, max(record.non_canonical_max, count)
+        if count and complete == len(raw) and predicts_next:
             eligible = True
-            own.kl_eligible += 1
+            record.kl_eligible += 1
             if self.kl_left > 0:
                 self.kl_left -= 1
-                kl = self._kl(run, canonical.ids)
-                own.kl.append(kl)
-        out = {drafter.name: {"non_canonical": count, "kl": kl, "kl_eligible": eligible}}
-        return out | {v.name: {"non_canonical": 0, "kl": None, "kl_eligible": False} for v in run.verifiers}
+                kl = self._kl(drafter, response_ids, canonical.ids)
+                record.kl.append(kl)
+        out = {self.drafter: {"non_canonical": count, "kl": kl, "kl_eligible": eligible}}
+        return out | {name: {"non_canonical": 0, "kl": None, "kl_eligible": False} for name in self.verifiers}
 
-    def _kl(self, run, canonical_ids: list[int]) -> float:
+    def _kl(self, drafter: Participant, response_ids: Sequence[int], canonical_ids: list[int]) -> float:
         """KL between the drafter's next-token distribution after the canonical ids and after its own."""
-        drafter = run.drafter
         if self._canonical is None:
             self._canonical = ModelSession(drafter.lm)
-        with run.stats.timed("damage"):
+        with self.stats.timed("damage"):
             ids = drafter.prompt_ids + canonical_ids
             reference = self._canonical.next_token_logits(ids, [len(ids)])[0]
             self._canonical.forget_before(len(ids))
-        actual = drafter.logits(run.response.ids, [len(run.response.ids)])[0]  # memoised: the next draft reuses it
+        actual = drafter.logits(response_ids, [len(response_ids)])[0]  # memoised: the next draft reuses it
         return kl_divergence(reference, actual)
 
     def count_oov_like(self, names: Sequence[str]) -> None:

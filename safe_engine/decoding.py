@@ -14,33 +14,32 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 
 from .config import MAX_NEW_TOKENS, PER_TOKEN_COMMITS, SAFE_MODES, STRATEGIES, DecodeConfig
-from .decoder import Decoder
 from .events import Event
 from .models import LoadedModel
 from .per_token import per_token_step
+from .piece import Piece
+from .reasons import Decision
+from .run import Run
 from .safe import safe_round
 
 __all__ = ["MAX_NEW_TOKENS", "PER_TOKEN_COMMITS", "SAFE_MODES", "STRATEGIES", "DecodeConfig", "decode"]
 
 
-def single_round(run: Decoder) -> Iterator[Event]:
+def single_round(run: Run) -> Iterator[Event]:
     """The drafter alone, n tokens at a time (the same drafting code SAFE uses)."""
     draft = run.draft(min(run.config.lookahead, run.remaining()))
     if not draft.ids:
         return
     yield run.draft_event(draft)
-    pieces = []
+    pieces: list[Piece] = []
     for token_id in draft.ids:
-        piece, forced = run.override(run.stats.tokens + len(pieces), ([token_id], {"decision": "accepted"}))
-        pieces.append(piece)
-        if forced:  # the rest of the draft followed another text
+        pieces.append(Piece([token_id], Decision.ACCEPTED, kept_draft=True))
+        if run.diverted(pieces):  # a forced text: the rest of the draft followed another text
             break
-    event = run.commit(pieces)  # a stop sequence may end it early
-    run.stats.accepted_drafts += sum(1 for t in event.tokens if t.decision == "accepted")
-    yield event
+    yield run.commit(pieces)  # a stop sequence may end it early
 
 
-STEPS: dict[str, Callable[[Decoder], Iterator[Event]]] = {
+STEPS: dict[str, Callable[[Run], Iterator[Event]]] = {
     "single": single_round,
     "per-token": per_token_step,
     "safe": safe_round,
@@ -48,11 +47,10 @@ STEPS: dict[str, Callable[[Decoder], Iterator[Event]]] = {
 assert tuple(STEPS) == STRATEGIES
 
 
-def _events(run: Decoder) -> Iterator[Event]:
+def _events(run: Run) -> Iterator[Event]:
     step = STEPS[run.config.strategy]
     yield run.started_event()
     while not run.done():
-        run.round += 1
         run.stats.rounds += 1
         yield from step(run)
         damage = run.damage_event()
@@ -65,8 +63,9 @@ def decode(
     models: Sequence[LoadedModel],
     prompt: str,
     config: DecodeConfig = DecodeConfig(),
-    stop: threading.Event | None = None,
+    cancel: threading.Event | None = None,
 ) -> Iterator[Event]:
-    """Run one strategy; yields events as they happen. Raises SafeEngineError subclasses on bad input
-    (checked here, before the first event)."""
-    return _events(Decoder(models, prompt, config, stop))
+    """Run one strategy; yields events as they happen. Setting `cancel` (4th argument) ends the run at the
+    next check, with stop_reason "stopped" (`StopReason.CANCELLED`). Raises SafeEngineError subclasses on
+    bad input (checked here, before the first event)."""
+    return _events(Run(models, prompt, config, cancel))

@@ -61,7 +61,7 @@ def _weights(views: Sequence[ModelView]) -> torch.Tensor:
     return w / w.sum()
 
 
-def _top(view: ModelView, k: int) -> dict[Key, int]:
+def top_keys(view: ModelView, k: int) -> dict[Key, int]:
     """A model's top-k as {string: token id}, best first; ids spelling the same string count once."""
     top: dict[Key, int] = {}
     for token_id in torch.topk(view.logits, k).indices.tolist():
@@ -98,7 +98,7 @@ def first_subtoken(vocab: TokenBytes, key: bytes) -> int | None:
 
 def unite_union(views: Sequence[ModelView], config: EnsembleConfig) -> tuple[list[Key], torch.Tensor]:
     """UniTE: union of each model's top-k strings, softmax over that subset per model."""
-    tops = [_top(view, config.top_k) for view in views]
+    tops = [top_keys(view, config.top_k) for view in views]
     keys = list(dict.fromkeys(key for top in tops for key in top))
     fill = config.method == "unite"
     rows = []
@@ -171,7 +171,7 @@ def sharpen_geometric(per_model: torch.Tensor, weights: torch.Tensor) -> torch.T
 def ensemble(views: Sequence[ModelView], config: EnsembleConfig) -> EnsembleResult:
     """Ensemble distribution and its argmax; views[0] is the drafter (its top-k anchors sharpening).
 
-    The weights are the views' own (`config.weights` is in the user's model order; the decoder maps it).
+    The weights are the views' own (`config.weights` is in the user's model order; the run maps it).
     """
     union = gac_union if config.method == "gac" else unite_union
     keys, per_model = union(views, config)
@@ -180,7 +180,7 @@ def ensemble(views: Sequence[ModelView], config: EnsembleConfig) -> EnsembleResu
     after = None
     if config.sharpen != "none" and before.max().item() < 0.5:
         if config.sharpen == "heuristic":
-            anchors = list(_top(views[0], config.top_k))
+            anchors = list(top_keys(views[0], config.top_k))
             after = sharpen_heuristic(keys, before, anchors, config.sharpen_lambda)
         else:
             after = sharpen_geometric(per_model, weights)

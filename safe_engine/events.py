@@ -1,23 +1,30 @@
 """Typed, JSON-serialisable events that every decoding strategy yields while it runs.
 
 A consumer (the CLI, the web UI, a JSONL trace) only ever sees these. Offsets are *character* offsets
-into the response text (`TextCommitted.delta`s concatenated). Decisions for a drafted position:
+into the response text (`TextCommitted.delta`s concatenated). Decisions and reasons are stable codes
+(`reasons.Decision`, `reasons.Reason`): ``reason_code`` carries the code, ``reason`` its sentence
+(`Reason.text`; traces older than the codes carry only the sentence, which `Reason.parse` reads).
+Decisions for a drafted position:
 
 - ``accepted``: committed as drafted, nothing checked it (a single model decoding alone);
 - ``skipped-oov``: ensembling there was unsafe — the boundary before the token is missing for some
-  verifier (``oov_like`` per verifier; ``reason`` names them), or the position is inside a UTF-8
-  character (``reason``: ``inside a character``, OOV-like for every verifier);
-- ``skipped-consensus``: the draft is kept without an ensemble. ``reason``: ``unanimity`` or
-  ``mean>0.5`` (greedy: the ensemble could not change the token), ``gate`` (GaC's gate: the drafter's
-  top p ≥ 0.5), ``accepted`` (sampling: kept with probability ``accept_p``);
-- ``ensembled``: the ensemble ran (``reason``: ``no consensus``, or ``resampled`` when sampling;
+  verifier (``oov_like`` per verifier; ``boundary_missing``, the sentence names them), the position is
+  inside a UTF-8 character (``inside_character``, OOV-like for every verifier), or the drafted token is
+  a special token with no text (``no_text``);
+- ``skipped-consensus``: the draft is kept without an ensemble: ``unanimity`` or ``mean`` (greedy: the
+  ensemble could not change the token), ``gate`` (GaC's gate: the drafter's top p ≥ 0.5), ``accepted``
+  (sampling: kept with probability ``accept_p``);
+- ``ensembled``: the ensemble ran (``no_consensus``, or ``resampled`` when sampling;
   ``EnsemblePoint.changed`` says whether it replaced the token);
 - ``forced``: the user forced this text here (``DecodeConfig.force``, what-if branching); ``drafted``
   holds what the strategy would have committed when that differs.
 
 Per-token runs use the same decisions: ``ensembled`` at every step, ``skipped-consensus``/``gate``
-where GaC's gate keeps the drafter's token, ``skipped-oov``/``inside a character`` where the drafter
+where GaC's gate keeps the drafter's token, ``skipped-oov``/``inside_character`` where the drafter
 finishes a character it started (no other model has a position there).
+
+A token's ``text`` shows bytes that are not whole UTF-8 characters as ``<0xNN>``; ``raw_hex`` then
+carries those bytes (None where ``text`` is the text itself), so no consumer parses the display.
 """
 
 from __future__ import annotations
@@ -27,13 +34,16 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
-DECISIONS = ("accepted", "skipped-oov", "skipped-consensus", "ensembled", "forced")
+from .reasons import Decision, Reason, StopReason
+
+DECISIONS = tuple(Decision)
 
 
 @dataclass
 class Candidate:
     text: str
     p: float
+    raw_hex: str | None = None  # the bytes where `text` shows them as <0xNN>
 
 
 @dataclass
@@ -62,6 +72,7 @@ class UnionRow:
     per_model: dict[str, float]
     before: float
     after: float | None
+    raw_hex: str | None = None  # the bytes where `text` shows them as <0xNN>
 
 
 @dataclass
@@ -70,13 +81,13 @@ class CommittedToken:
     start: int
     end: int
     ids: list[int]
-    decision: str
-    drafted: str | None = (
-        None  # the drafted token an ensemble replaced (forced: what the strategy would have committed)
-    )
-    reason: str | None = None
+    decision: Decision
+    drafted: str | None = None  # the drafted token an ensemble replaced (forced: what the strategy would have picked)
+    reason: str | None = None  # the reason's sentence
     sharpened: bool = False
     oov_like_for: list[str] = field(default_factory=list)  # models for which ensembling here was OOV-like
+    reason_code: Reason | None = None
+    raw_hex: str | None = None  # the bytes where `text` shows them as <0xNN>
 
 
 @dataclass
@@ -118,9 +129,10 @@ class PositionVerified(Event):
     end: int
     verifiers: list[VerifierView]
     mean_p: float | None  # Σ wᵢ·Pᵢ(own token) over the drafter and every verifier (weights normalised)
-    decision: str
-    reason: str | None = None
+    decision: Decision
+    reason: str | None = None  # the reason's sentence
     accept_p: float | None = None  # sampling: min(1, mean_p / P_draft), the probability the draft was kept with
+    reason_code: Reason | None = None
 
 
 @dataclass
@@ -164,7 +176,9 @@ class DamageMeasured(Event):
 class RunFinished(Event):
     kind: ClassVar[str] = "run_finished"
     text: str
-    stop_reason: str  # eos | stop (a stop sequence; `text` ends right after it) | max_new_tokens | stopped
+    stop_reason: (
+        StopReason  # eos | stop (a stop sequence; `text` ends right after it) | max_new_tokens | stopped (cancelled)
+    )
     stats: dict  # RunStats.to_dict(), with "damage": {"models": {name: ...}, "degeneration": {...}} (damage.py)
 
 

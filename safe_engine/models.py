@@ -256,10 +256,10 @@ def load_model(spec: str, options: LoadOptions = LoadOptions(), progress: Progre
 
 def quantize_int8(model):
     """Every Linear layer (the 262k-row LM head of Gemma too) with int8 weights and activations quantized
-    on the fly: about twice as fast per step on a CPU, at a small cost in fidelity (README, measured).
+    on the fly: faster per step on a CPU and less accurate (the README has both, measured).
 
     torch.ao's dynamic quantization, not torchao: torchao 0.18's int8 configs have no fast CPU kernels
-    and ran about ten times slower than fp32 on this kind of machine. torch marks these APIs deprecated.
+    and ran far slower than fp32 on this kind of machine (README). torch marks these APIs deprecated.
     """
     import warnings
 

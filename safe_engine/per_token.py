@@ -18,11 +18,13 @@ import torch
 
 from . import rules
 from .alignment import complete_utf8_prefix
-from .decoder import Decoder
 from .events import Event
+from .piece import Piece
+from .reasons import Decision, Reason
+from .run import Run
 
 
-def per_token_step(run: Decoder) -> Iterator[Event]:
+def per_token_step(run: Run) -> Iterator[Event]:
     raw = run.response.raw
     if complete_utf8_prefix(raw) < len(raw):
         yield from _finish_character(run)
@@ -35,17 +37,15 @@ def per_token_step(run: Decoder) -> Iterator[Event]:
             v.forget_before(len(tok.ids))
     drafter_probs = torch.softmax(views[0].logits.float(), dim=-1)
     if run.config.ensemble.gated and rules.gate_keeps(drafter_probs.max().item()):
-        own, _ = run.sampler.pick(drafter_probs)
-        run.stats.consensus_skips["gate"] += 1
-        piece = ([own], {"decision": "skipped-consensus", "reason": rules.GATE})
+        token, _ = run.sampler.pick(drafter_probs)
+        piece = Piece([token], Decision.SKIPPED_CONSENSUS, Reason.GATE)
     else:
-        ids, point = run.ensemble_at(
-            len(run.response.ids), views, int(torch.argmax(drafter_probs)), None, run.config.per_token_commit
-        )
+        drafter_token = int(torch.argmax(drafter_probs))
+        position = len(run.response.ids)
+        ids, point = run.ensemble_at(position, views, drafter_token, None, run.config.per_token_commit)
         yield point
-        reason = rules.RESAMPLED if point.sampled else rules.NO_CONSENSUS
-        piece = (ids, {"decision": "ensembled", "reason": reason, "sharpened": point.sharpening is not None})
-    piece, _ = run.override(run.stats.tokens, piece)
+        reason = Reason.RESAMPLED if point.sampled else Reason.NO_CONSENSUS
+        piece = Piece(ids, Decision.ENSEMBLED, reason, sharpened=point.sharpening is not None)
     event = run.commit([piece])
     # Damage marker: is the place this step committed at a token boundary for each other model, in the new text?
     flagged = zip(run.verifiers, run.verifier_tokenizations(run.response.raw))
@@ -53,24 +53,13 @@ def per_token_step(run: Decoder) -> Iterator[Event]:
     yield event
 
 
-def _finish_character(run: Decoder) -> Iterator[Event]:
+def _finish_character(run: Run) -> Iterator[Event]:
     """The drafter alone continues a character it has started spelling in bytes."""
     draft = run.draft(1)
     if not draft.ids:
         return
     yield run.draft_event(draft)
-    for v in run.verifiers:
-        run.stats.oov_skips[v.name] += 1
-    run.stats.accepted_drafts += 1
-    piece, _ = run.override(
-        run.stats.tokens,
-        (
-            draft.ids,
-            {
-                "decision": "skipped-oov",
-                "reason": rules.INSIDE_CHARACTER,
-                "oov_like_for": [v.name for v in run.verifiers],
-            },
-        ),
+    everyone = [v.name for v in run.verifiers]
+    yield run.commit(
+        [Piece(draft.ids, Decision.SKIPPED_OOV, Reason.INSIDE_CHARACTER, oov_like_for=everyone, kept_draft=True)]
     )
-    yield run.commit([piece])

@@ -15,15 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .reasons import Reason
+
 CONSENSUS_THRESHOLD = 0.5
 GATE_THRESHOLD = 0.5
-
-# Why a drafted token is kept without an ensemble (PositionVerified.reason, CommittedToken.reason).
-UNANIMITY, MEAN, GATE, ACCEPTED = "unanimity", "mean>0.5", "gate", "accepted"
-# Why a position was ensembled.
-NO_CONSENSUS, RESAMPLED = "no consensus", "resampled"
-INSIDE_CHARACTER = "inside a character"
-NO_TEXT = "a special token with no text"  # no verifier can see it (an end token is checked as the end of the text)
 
 
 def is_safe(own_tokens: Sequence[int | None]) -> bool:
@@ -36,12 +31,12 @@ def weighted_mean(weights: Sequence[float], probs: Sequence[float]) -> float:
     return sum(w * p for w, p in zip(weights, probs)) / sum(weights)
 
 
-def consensus(agrees: Sequence[bool], mean_p: float) -> str | None:
+def consensus(agrees: Sequence[bool], mean_p: float) -> Reason | None:
     """Rule 2 (greedy): why the ensemble could not change the drafted token, or None."""
     if all(agrees):
-        return UNANIMITY
+        return Reason.UNANIMITY
     if mean_p > CONSENSUS_THRESHOLD:
-        return MEAN
+        return Reason.MEAN
     return None
 
 

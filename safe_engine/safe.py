@@ -20,44 +20,37 @@ import torch
 
 from . import rules
 from .alignment import CharIndex, Tokenization
-from .decoder import Decoder, Draft, key_text, text_and_index
-from .events import Event, PositionVerified, VerifierView
+from .events import EnsemblePoint, Event, PositionVerified, VerifierView
+from .piece import Piece
+from .reasons import Decision, Reason
+from .run import Draft, Run, key_text, text_and_index
 
-SKIP_STAT = {rules.UNANIMITY: "unanimity", rules.MEAN: "mean", rules.GATE: "gate", rules.ACCEPTED: "accepted"}
+Scores = list[dict[int, torch.Tensor]]  # per verifier: its logits at each of its own tokens that was scored
 
 
-def safe_round(run: Decoder) -> Iterator[Event]:
+def safe_round(run: Run) -> Iterator[Event]:
     draft = run.draft(min(run.config.lookahead, run.remaining()), run.config.draft_gate)  # Generate
     if not draft.ids:
         return
     layout = Layout.of(run, draft)
     yield run.draft_event(draft, layout.index)
     scores = verify(run, layout)  # Verify
-    pieces: list[tuple[list[int], dict]] = []
+    pieces: list[Piece] = []
     for j, token_id in enumerate(draft.ids):  # Ensemble at most where needed
         check = check_position(run, draft, layout, scores, j)
         yield check
-        info = {"decision": check.decision, "reason": check.reason}
-        if check.decision == "skipped-oov":
-            info["oov_like_for"] = [v.model for v in check.verifiers if v.oov_like]
-        piece, ends_round = ([token_id], info), False
-        if check.decision == "ensembled":
-            views = [run.view(run.drafter, draft.logits[j])] + [
-                run.view(v, scores[k][layout.own[j][k]]) for k, v in enumerate(run.verifiers)
-            ]
-            ids, point = run.ensemble_at(len(run.response.ids) + j, views, token_id, check.token)
+        if check.decision != Decision.ENSEMBLED:
+            blocked = [v.model for v in check.verifiers if v.oov_like]
+            pieces.append(Piece([token_id], check.decision, check.reason_code, oov_like_for=blocked, kept_draft=True))
+        else:
+            point, piece = ensemble_position(run, draft, layout, scores, j, check)
             yield point
-            info["sharpened"] = point.sharpening is not None
-            if point.changed:
-                info["drafted"] = check.token
-            piece, ends_round = (ids, info), point.changed or run.config.safe_mode == "exact"
-        piece, forced = run.override(run.stats.tokens + len(pieces), piece)
-        pieces.append(piece)
-        if ends_round or forced:
+            pieces.append(piece)
+            if point.changed or run.config.safe_mode == "exact":  # this ensemble ends the round
+                break
+        if run.diverted(pieces):  # a forced text: the rest of the draft followed another text
             break
-    event = run.commit(pieces)  # a stop sequence may end it early
-    run.stats.accepted_drafts += sum(1 for t in event.tokens if t.drafted is None)
-    yield event
+    yield run.commit(pieces)  # a stop sequence may end it early
 
 
 @dataclass
@@ -68,19 +61,19 @@ class Layout:
     index: CharIndex  # character offsets of the response + draft
     tokenizations: list[Tokenization]  # one per verifier
     own: list[list[int | None]]  # own[j][k]: verifier k's token starting where d_j starts (None: no boundary)
-    unsafe: list[str | None]  # why d_j is unsafe for every verifier whatever their boundaries, or None
+    unsafe: list[Reason | None]  # why d_j is unsafe for every verifier whatever their boundaries, or None
 
     @classmethod
-    def of(cls, run: Decoder, draft: Draft) -> Layout:
+    def of(cls, run: Run, draft: Draft) -> Layout:
         raw = run.response.extended(draft.ids)
         _, index = text_and_index(raw)
         tokenizations = run.verifier_tokenizations(raw)
         spans = run.drafter.lm.vocab.spans(draft.ids, len(run.response.raw))
         eos = run.drafter.lm.eos_ids
         unsafe = [
-            rules.INSIDE_CHARACTER
+            Reason.INSIDE_CHARACTER
             if not index.is_char_boundary(s)
-            else rules.NO_TEXT
+            else Reason.NO_TEXT
             if s == e and token not in eos
             else None
             for token, (s, e) in zip(draft.ids, spans)
@@ -103,7 +96,7 @@ def _own_token(tok: Tokenization, offset: int, drafted_eos: bool) -> int | None:
     return None if drafted_eos else tok.token_starting_at(offset)
 
 
-def verify(run: Decoder, layout: Layout) -> list[dict[int, torch.Tensor]]:
+def verify(run: Run, layout: Layout) -> Scores:
     """One forward pass per verifier: its logits for its own token at every safe position.
 
     The passes are independent of each other and of the next draft: with one device per model they could
@@ -121,9 +114,7 @@ def verify(run: Decoder, layout: Layout) -> list[dict[int, torch.Tensor]]:
     return scores
 
 
-def check_position(
-    run: Decoder, draft: Draft, layout: Layout, scores: list[dict[int, torch.Tensor]], j: int
-) -> PositionVerified:
+def check_position(run: Run, draft: Draft, layout: Layout, scores: Scores, j: int) -> PositionVerified:
     """SAFE's decision at drafted token j (`rules`), as the event that explains it."""
     token_id = draft.ids[j]
     s, e = layout.spans[j]
@@ -136,13 +127,11 @@ def check_position(
         end=layout.index.char_of_byte(e),
         verifiers=views,
         mean_p=None,
-        decision="skipped-oov",
+        decision=Decision.SKIPPED_OOV,
     )
     if not layout.safe(j):
-        blocked = [v.model for v in views if v.oov_like]
-        for name in blocked:
-            run.stats.oov_skips[name] += 1
-        event.reason = layout.unsafe[j] or "boundary missing for " + ", ".join(blocked)
+        event.reason_code = layout.unsafe[j] or Reason.BOUNDARY_MISSING
+        event.reason = event.reason_code.text([v.model for v in views if v.oov_like])
         return event
     weights = [p.weight for p in run.parts]
     event.mean_p = rules.weighted_mean(weights, [draft.probs[j][token_id].item()] + [v.p for v in views])
@@ -151,19 +140,33 @@ def check_position(
     else:
         keep = None
     if keep is None and run.config.ensemble.gated and rules.gate_keeps(draft.probs[j].max().item()):
-        keep = rules.GATE
+        keep = Reason.GATE
     if keep is None and not run.sampler.greedy:
         event.accept_p = rules.acceptance(event.mean_p, draft.drawn_p[j])
-        keep = rules.ACCEPTED if run.sampler.accept(event.accept_p) else None
+        keep = Reason.ACCEPTED if run.sampler.accept(event.accept_p) else None
     if keep is not None:
-        run.stats.consensus_skips[SKIP_STAT[keep]] += 1
-        event.decision, event.reason = "skipped-consensus", keep
+        event.decision, event.reason_code = Decision.SKIPPED_CONSENSUS, keep
     else:
-        event.decision, event.reason = "ensembled", rules.NO_CONSENSUS if run.sampler.greedy else rules.RESAMPLED
+        event.decision = Decision.ENSEMBLED
+        event.reason_code = Reason.NO_CONSENSUS if run.sampler.greedy else Reason.RESAMPLED
+    event.reason = event.reason_code.text()
     return event
 
 
-def _verifier_view(run: Decoder, k: int, layout: Layout, scores: list[dict[int, torch.Tensor]], j: int) -> VerifierView:
+def ensemble_position(
+    run: Run, draft: Draft, layout: Layout, scores: Scores, j: int, check: PositionVerified
+) -> tuple[EnsemblePoint, Piece]:
+    """The ensemble at drafted token j: the drafter's logits there and each verifier's at its own token."""
+    token_id = draft.ids[j]
+    views = [run.view(run.drafter, draft.logits[j])]
+    views += [run.view(v, scores[k][layout.own[j][k]]) for k, v in enumerate(run.verifiers)]
+    ids, point = run.ensemble_at(len(run.response.ids) + j, views, token_id, check.token)
+    drafted = check.token if point.changed else None
+    sharpened = point.sharpening is not None
+    return point, Piece(ids, Decision.ENSEMBLED, check.reason_code, drafted, sharpened, kept_draft=not point.changed)
+
+
+def _verifier_view(run: Run, k: int, layout: Layout, scores: Scores, j: int) -> VerifierView:
     """Verifier k at the boundary before d_j: its own token there and, where the position is safe, its
     probability of that token and its argmax."""
     v, tok, i = run.verifiers[k], layout.tokenizations[k], layout.own[j][k]

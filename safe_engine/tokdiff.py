@@ -29,6 +29,7 @@ from .alignment import (
     tokenize,
     visible,
 )
+from .damage import kl_divergence
 from .embedded import Progress
 from .ensemble import first_subtoken
 from .errors import ConfigError
@@ -331,7 +332,7 @@ def probe(lm: LoadedModel, text: str, span: tuple[int, int], other: TokenBytes, 
     return ProbeResult(
         canonical=[display_piece(vocab[i]) for i in canonical_span],
         imposed=[display_piece(vocab[i]) for i in imposed_span],
-        kl=max(float((p.exp() * (p - q)).sum()), 0.0),
+        kl=kl_divergence(p, q),
         top_canonical=top(p),
         top_imposed=top(q),
         continuation=None if true_id is None else display_piece(vocab[true_id]),

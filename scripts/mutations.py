@@ -2,19 +2,22 @@
 
     python scripts/mutations.py [--list] [--only NAME ...]
 
-Each mutation replaces one exact piece of code (which must occur exactly once, so the list breaks loudly
-when the code moves) in a temporary copy of the project; the tests below run against that copy and
-must fail. The unmutated copy must pass first. Exit status 0 only when every mutation is killed.
+Each mutation replaces one piece of code in a temporary copy of the project; the tests below run against
+that copy and must fail. The piece is matched as a sequence of Python tokens, so reformatting (line breaks,
+spacing, comments) does not move it; it must occur exactly once, so the list breaks loudly when the code
+changes. The unmutated copy must pass first. Exit status 0 only when every mutation is killed.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,29 +54,29 @@ MUTATIONS = [
         "inside-character",
         "never ensemble inside a UTF-8 character (SAFE)",
         "safe_engine/safe.py",
-        "rules.INSIDE_CHARACTER if not index.is_char_boundary(s) else",
-        "rules.INSIDE_CHARACTER if False else",
+        "Reason.INSIDE_CHARACTER if not index.is_char_boundary(s) else",
+        "Reason.INSIDE_CHARACTER if False else",
     ),
     Mutation(
         "special-token-without-text",
         "a drafted special token with no text is never ensembled (SAFE)",
         "safe_engine/safe.py",
-        "rules.NO_TEXT if s == e and token not in eos else None",
+        "Reason.NO_TEXT if s == e and token not in eos else None",
         "None",
     ),
     Mutation(
         "no-unanimity",
         "unanimity keeps the draft",
         "safe_engine/rules.py",
-        "    if all(agrees):\n        return UNANIMITY",
-        "    if False:\n        return UNANIMITY",
+        "if all(agrees)",
+        "if False",
     ),
     Mutation(
         "unanimity-any",
         "unanimity needs every verifier",
         "safe_engine/rules.py",
-        "    if all(agrees):",
-        "    if any(agrees):",
+        "if all(agrees)",
+        "if any(agrees)",
     ),
     Mutation(
         "mean-not-strict",
@@ -92,35 +95,35 @@ MUTATIONS = [
     Mutation(
         "weights-by-role",
         "weights belong to models, not roles",
-        "safe_engine/decoder.py",
-        "weights[i] / sum(weights))",
-        "weights[order.index(i)] / sum(weights))",
+        "safe_engine/run.py",
+        "weights[i] / sum(weights)",
+        "weights[order.index(i)] / sum(weights)",
     ),
     Mutation(
         "exact-keeps-scanning",
         "exact mode drops the draft after any ensemble",
         "safe_engine/safe.py",
-        'ends_round = (ids, info), point.changed or run.config.safe_mode == "exact"',
-        "ends_round = (ids, info), point.changed",
+        'if point.changed or run.config.safe_mode == "exact"',
+        "if point.changed",
     ),
     Mutation(
         "replacement-keeps-scanning",
         "a replacement drops the rest of the draft",
         "safe_engine/safe.py",
-        'ends_round = (ids, info), point.changed or run.config.safe_mode == "exact"',
-        'ends_round = (ids, info), run.config.safe_mode == "exact"',
+        'if point.changed or run.config.safe_mode == "exact"',
+        'if run.config.safe_mode == "exact"',
     ),
     Mutation(
         "draft-past-eos",
         "EOS ends a draft",
-        "safe_engine/decoder.py",
-        "                if token in eos:\n                    break",
-        "                if False:\n                    break",
+        "safe_engine/run.py",
+        "if token in eos:",
+        "if False:",
     ),
     Mutation(
         "gate-ignored",
         "a gated round ends after a low-probability token",
-        "safe_engine/decoder.py",
+        "safe_engine/run.py",
         "if probs[token].item() < gate:",
         "if False:",
     ),
@@ -128,13 +131,11 @@ MUTATIONS = [
         "gate-default-off",
         "the measured draft gate τ = 0.3 is the default",
         "safe_engine/config.py",
-        "    draft_gate: float = 0.3",
-        "    draft_gate: float = 0.0",
+        "draft_gate: float = 0.3",
+        "draft_gate: float = 0.0",
     ),
-    Mutation(
-        "lookahead-4", "default n = 5", "safe_engine/config.py", "    lookahead: int = 5", "    lookahead: int = 4"
-    ),
-    Mutation("top-k-8", "default k = 10", "safe_engine/ensemble.py", "    top_k: int = 10", "    top_k: int = 8"),
+    Mutation("lookahead-4", "default n = 5", "safe_engine/config.py", "lookahead: int = 5", "lookahead: int = 4"),
+    Mutation("top-k-8", "default k = 10", "safe_engine/ensemble.py", "top_k: int = 10", "top_k: int = 8"),
     Mutation(
         "sharpen-at-half",
         "sharpen only when max < ½",
@@ -167,8 +168,8 @@ MUTATIONS = [
         "fill-skips-all-whitespace",
         "the fill skips only the bare space",
         "safe_engine/ensemble.py",
-        'if vocab[i] != b" "), pieces[0]',
-        'if vocab[i].strip() != b""), pieces[0]',
+        '(i for i in pieces if vocab[i] != b" ")',
+        '(i for i in pieces if vocab[i].strip() != b"")',
     ),
     Mutation(
         "no-gac-gate-safe",
@@ -194,7 +195,7 @@ MUTATIONS = [
     Mutation(
         "per-token-full-spelling",
         "UniTE's first-sub-token commit",
-        "safe_engine/decoder.py",
+        "safe_engine/spelling.py",
         'if spelling == "first-subtoken":',
         "if False:",
     ),
@@ -209,8 +210,8 @@ MUTATIONS = [
         "sampling-keeps-unanimity",
         "sampling drops unanimity",
         "safe_engine/safe.py",
-        "    if run.sampler.greedy:\n        keep = rules.consensus(",
-        "    if True:\n        keep = rules.consensus(",
+        "if run.sampler.greedy:",
+        "if True:",
     ),
     Mutation(
         "acceptance-ignores-p-draft",
@@ -231,15 +232,42 @@ def copy_project(target: Path) -> None:
             shutil.copy2(source, target / name)
 
 
+_LAYOUT = {tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.COMMENT, tokenize.ENDMARKER}
+
+
+def code_tokens(code: str) -> list[tokenize.TokenInfo]:
+    """The tokens of `code` that carry meaning (no line breaks, indentation or comments)."""
+    return [t for t in tokenize.generate_tokens(io.StringIO(code).readline) if t.type not in _LAYOUT]
+
+
+def locate(code: str, piece: str) -> list[tuple[int, int]]:
+    """Character spans of `code` whose tokens are the tokens of `piece`, however either is laid out."""
+    tokens, wanted = code_tokens(code), [t.string for t in code_tokens(piece.strip())]
+    starts = [0]
+    for line in code.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+
+    def offset(row_col: tuple[int, int]) -> int:
+        return starts[row_col[0] - 1] + row_col[1]
+
+    return [
+        (offset(tokens[i].start), offset(tokens[i + len(wanted) - 1].end))
+        for i in range(len(tokens) - len(wanted) + 1)
+        if [t.string for t in tokens[i : i + len(wanted)]] == wanted
+    ]
+
+
 def apply(target: Path, mutation: Mutation) -> None:
     path = target / mutation.path
     code = path.read_text(encoding="utf-8")
-    count = code.count(mutation.old)
-    if count != 1:
+    spans = locate(code, mutation.old)
+    if len(spans) != 1:
         raise SystemExit(
-            f"mutation {mutation.name}: the code to mutate occurs {count} times in {mutation.path}; update the list"
+            f"mutation {mutation.name}: the code to mutate occurs {len(spans)} times in {mutation.path}; "
+            "update the list"
         )
-    path.write_text(code.replace(mutation.old, mutation.new), encoding="utf-8")
+    ((start, end),) = spans
+    path.write_text(code[:start] + mutation.new + code[end:], encoding="utf-8")
 
 
 def tests_pass(folder: Path) -> bool:
@@ -275,10 +303,8 @@ def main() -> int:
             apply(folder, m)
             started = time.perf_counter()
             killed = not tests_pass(folder)
-            print(
-                f"{'killed  ' if killed else 'SURVIVED'}  {m.name:32} {m.rule}  ({time.perf_counter() - started:.0f} s)",
-                flush=True,
-            )
+            verdict = "killed  " if killed else "SURVIVED"
+            print(f"{verdict}  {m.name:32} {m.rule}  ({time.perf_counter() - started:.0f} s)", flush=True)
             if not killed:
                 survived.append(m.name)
             shutil.rmtree(folder)

@@ -15,7 +15,7 @@ from components.runner import Runner
 from components.stops import Stops
 from components.transcript import transcript_html
 from components.view import RunView, first_difference
-from components.whatif import BYTE_PIECE, CANDIDATES, Origin, WhatIf, branch_config, candidates
+from components.whatif import CANDIDATES, Origin, WhatIf, branch_config, candidates
 from safe_engine.decoding import DecodeConfig, decode
 from safe_engine.errors import ConfigError
 
@@ -35,7 +35,8 @@ def test_candidates_come_from_the_union_table_or_the_draft():
 
 def test_candidates_are_capped_and_skip_what_cannot_be_forced_as_text():
     view = RunView.of(synthetic_run())
-    table = [{"text": text, "per_model": {}, "before": 0.9, "after": None} for text in ("<eos>", "<0xE2>", "a<0x9C>")]
+    pieces = (("<eos>", None), ("<0xE2>", "e2"), ("a<0x9C>", "619c"))  # the engine sends a piece's bytes with it
+    table = [{"text": text, "per_model": {}, "before": 0.9, "after": None, "raw_hex": raw} for text, raw in pieces]
     table += [{"text": f"w{i}", "per_model": {}, "before": 1 / (i + 2), "after": None} for i in range(20)]
     view.points[1]["table"] = table
     texts = [text for _, text in candidates(view, 4)]
@@ -177,9 +178,8 @@ def test_stop_ends_a_branch(tab, specs):
 
 def test_forcing_the_committed_text_marks_nothing(tab, specs):
     origin, original = _original(tab.runner.pool, specs, DecodeConfig(max_new_tokens=6))
-    token = next(
-        t for t in original.tokens if not BYTE_PIECE.search(t.text) and not t.special
-    )  # a text, not a byte of one
+    committed = [c for e in original.events if e["kind"] == "text_committed" for c in e["tokens"]]
+    token = next(t for t, c in zip(original.tokens, committed) if c["raw_hex"] is None and not t.special)  # a text
     outputs = _branch(tab, origin, original, token.index, token.text)
     branch = outputs[-1][tab.panel.view]
     assert [t.text for t in branch.tokens] == [t.text for t in original.tokens] and branch.tokens[

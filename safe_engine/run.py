@@ -1,9 +1,10 @@
-"""One decoding run's state and the steps every strategy shares.
+"""One decoding run's state (`Run`) and the steps every strategy is written in.
 
 The models take roles (the drafter first, then the verifiers, each with its weight), the drafter's
-response grows by commits, and `Decoder` offers what the strategies are written in: `draft`, `view` (a
-model's next-token logits for the ensemble), `ensemble_at` (the ensemble and the drafter's spelling of
-its choice) and `commit`. The strategies live in `safe.py`, `per_token.py` and `decoding.py`.
+response grows by commits, and `Run` offers `draft`, `view` (a model's next-token logits for the
+ensemble), `ensemble_at` (the ensemble and the drafter's spelling of its choice) and `commit` (forcing,
+stop sequences, counting, the event). The strategies live in `safe.py`, `per_token.py` and `decoding.py`;
+stop sequences, what-if forcing, the speller and the damage measures are parts of their own.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from .alignment import EOS_KEY, CharIndex, Tokenization, complete_utf8_prefix, display_piece, tokenize
+from .alignment import CharIndex, Tokenization, complete_utf8_prefix, display_piece, tokenize
 from .config import TOP_K_SHOWN, DecodeConfig
 from .damage import DamageMeter
-from .ensemble import EnsembleResult, Key, ModelView, ensemble, first_subtoken
+from .ensemble import Key, ModelView, ensemble
 from .errors import ConfigError
 from .events import (
     Candidate,
@@ -32,29 +33,16 @@ from .events import (
     TokensDrafted,
     UnionRow,
 )
+from .forcing import Forcing
 from .models import LoadedModel
+from .participant import Participant, unique_names
+from .piece import Piece
+from .reasons import Decision, StopReason
 from .runtime import ModelSession
 from .sampling import Sampler, fresh_seed
+from .spelling import choose
 from .stats import RunStats
-
-
-@dataclass
-class Participant:
-    """A model taking part in one run, under a name unique within the run, with its ensemble weight."""
-
-    name: str
-    lm: LoadedModel
-    session: ModelSession
-    prompt_ids: list[int]
-    weight: float = 1.0
-
-    def logits(self, response_ids: Sequence[int], starts: Sequence[int]) -> torch.Tensor:
-        """Next-token logits at response indices `starts` (0 = the first response token)."""
-        ids = self.prompt_ids + list(response_ids)
-        return self.session.next_token_logits(ids, [len(self.prompt_ids) + s for s in starts])
-
-    def forget_before(self, response_index: int) -> None:
-        self.session.forget_before(len(self.prompt_ids) + response_index)
+from .stop_sequences import StopSequences
 
 
 class Response:
@@ -78,11 +66,6 @@ class Response:
     @property
     def text(self) -> str:
         return text_and_index(self.raw)[0]
-
-    @property
-    def complete_length(self) -> int:
-        """Bytes of the response without a character still being spelled at its end."""
-        return complete_utf8_prefix(self.raw)
 
     def take_delta(self) -> str:
         text = self.text
@@ -108,6 +91,17 @@ def key_text(key: Key) -> str:
     return display_piece(key) if isinstance(key, bytes) else key
 
 
+def raw_hex(key: Key) -> str | None:
+    """The bytes of a union key in hex where its display shows them as <0xNN> (a piece of a character)."""
+    if not isinstance(key, bytes):
+        return None
+    try:
+        key.decode("utf-8")
+    except UnicodeDecodeError:
+        return key.hex()
+    return None
+
+
 def complete(raw: bytes) -> bytes:
     """`raw` without a character still being spelled at its end."""
     return raw[: complete_utf8_prefix(raw)]
@@ -119,30 +113,25 @@ def text_and_index(raw: bytes) -> tuple[str, CharIndex]:
     return index.text, index
 
 
-def _top(probs: torch.Tensor, lm: LoadedModel, k: int = TOP_K_SHOWN) -> list[Candidate]:
+def top_candidates(probs: torch.Tensor, lm: LoadedModel, k: int = TOP_K_SHOWN) -> list[Candidate]:
+    """A distribution's k most likely tokens, as the events show them."""
     top = torch.topk(probs, k)
-    return [Candidate(key_text(lm.key_of(i)), p) for p, i in zip(top.values.tolist(), top.indices.tolist())]
+    keys = [lm.key_of(i) for i in top.indices.tolist()]
+    return [Candidate(key_text(key), p, raw_hex(key)) for key, p in zip(keys, top.values.tolist())]
 
 
-def _unique_names(names: Sequence[str]) -> list[str]:
-    seen: dict[str, int] = {}
-    out = []
-    for name in names:
-        seen[name] = seen.get(name, 0) + 1
-        out.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
-    return out
+class Run:
+    """State shared by the strategies for one run. `cancel` ends it at the next check (the UI's Stop)."""
 
-
-class Decoder:
-    """State shared by the strategies for one run."""
-
-    def __init__(self, models: Sequence[LoadedModel], prompt: str, config: DecodeConfig, stop: threading.Event | None):
+    def __init__(
+        self, models: Sequence[LoadedModel], prompt: str, config: DecodeConfig, cancel: threading.Event | None
+    ):
         config.validate(len(models))
         if not prompt or not prompt.strip():
             raise ConfigError("the prompt is empty")
         self.config = config
-        self.stop = stop or threading.Event()
-        names = _unique_names([m.name for m in models])
+        self.cancel = cancel or threading.Event()
+        names = unique_names([m.name for m in models])
         weights = config.ensemble.weights or (1.0,) * len(models)  # weights belong to models, not to roles
         order = [config.drafter] + [i for i in range(len(models)) if i != config.drafter]
         if config.strategy == "single":
@@ -165,22 +154,27 @@ class Decoder:
         self.verifiers = self.parts[1:]
         self.seed = fresh_seed() if config.seed is None else config.seed
         self.sampler = Sampler(config.temperature, config.top_p, self.seed)
-        self.forced = {index: (text, self._spell_forced(text)) for index, text in config.force}
+        self.forcing = Forcing(config.force, self.drafter.lm.vocab, self.drafter.name)
+        self.stops = StopSequences(config.stop)
         self.response = Response(self.drafter.lm)
-        self.damage = DamageMeter([p.name for p in self.parts], config.damage_kl_steps)
+        self.stats = RunStats(config.strategy)
+        self.stats.oov_skips = {v.name: 0 for v in self.verifiers}
+        self.damage = DamageMeter(
+            self.drafter.name, [v.name for v in self.verifiers], config.damage_kl_steps, self.stats
+        )
         self.committed_texts: list[str] = []  # every committed token's text (degeneration measures)
         self._last_commit: TextCommitted | None = None
         self._measured = 0  # committed tokens when damage was last measured
-        self._stops = [text.encode("utf-8") for text in config.stop]
-        self.stop_end: int | None = None  # where the first stop sequence ends in the response (bytes)
-        self.stats = RunStats(config.strategy)
-        self.stats.oov_skips = {v.name: 0 for v in self.verifiers}
-        self.round = 0
         self._tokenized: tuple[bytes, list[Tokenization]] | None = None
         self.started = time.perf_counter()
-        self.stop_reason = "max_new_tokens"
+        self.stop_reason = StopReason.MAX_NEW_TOKENS
 
     # ---------------------------------------------------------------- the run's frame
+    @property
+    def round(self) -> int:
+        """The round being decoded (1-based), as counted in `stats.rounds`."""
+        return self.stats.rounds
+
     def started_event(self) -> RunStarted:
         self.started = time.perf_counter()
         config = asdict(self.config) | {"drafter": self.drafter.name, "seed": self.seed}
@@ -206,20 +200,19 @@ class Decoder:
     @property
     def ended(self) -> bool:
         """The response is over: an end token, a stop sequence or the token limit."""
-        return self.stop_reason in ("eos", "stop") or self.remaining() <= 0
+        return self.stop_reason in (StopReason.EOS, StopReason.STOP_SEQUENCE) or self.remaining() <= 0
 
     def done(self) -> bool:
-        if self.stop.is_set():
-            self.stop_reason = "stopped"
+        if self.cancel.is_set():
+            self.stop_reason = StopReason.CANCELLED
             return True
         return self.ended
 
     def finished_event(self) -> RunFinished:
-        self.stats.wall_s = (
-            time.perf_counter() - self.started - self.stats.time_split["damage"]
-        )  # decoding, not measuring
+        self.stats.wall_s = time.perf_counter() - self.started - self.stats.time_split["damage"]  # decoding only
         self.stats.forward = {p.name: asdict(p.session.stats) for p in self.parts}
-        text = self.response.text if self.stop_end is None else text_and_index(self.response.raw[: self.stop_end])[0]
+        end = self.stops.end
+        text = self.response.text if end is None else text_and_index(self.response.raw[:end])[0]
         self.stats.damage = self.damage.summary(text, self.committed_texts)
         return RunFinished(text, self.stop_reason, self.stats.to_dict())
 
@@ -228,32 +221,14 @@ class Decoder:
         if self._last_commit is None or self.stats.tokens == self._measured:
             return None
         self._measured = self.stats.tokens
-        oov_like = {name for t in self._last_commit.tokens if t.decision != "skipped-oov" for name in t.oov_like_for}
+        oov_like = {
+            name for t in self._last_commit.tokens if t.decision != Decision.SKIPPED_OOV for name in t.oov_like_for
+        }
         self.damage.count_oov_like(oov_like)
-        models = self.damage.measure(self)
+        models = self.damage.measure(self.drafter, self.response.ids, self.response.raw, predicts_next=not self.ended)
         return DamageMeasured(
             self.round, self.stats.tokens, {name: m | {"oov_like": name in oov_like} for name, m in models.items()}
         )
-
-    # ---------------------------------------------------------------- what-if: forced commits
-    def _spell_forced(self, text: str) -> list[int]:
-        try:
-            return self.drafter.lm.vocab.encode_bytes(text.encode("utf-8"))
-        except ValueError:
-            raise ConfigError(f"the drafter {self.drafter.name} cannot spell the forced text {text!r}") from None
-
-    def override(self, index: int, piece: tuple[list[int], dict]) -> tuple[tuple[list[int], dict], bool]:
-        """The piece committed at committed-token `index`: a forced text replaces the strategy's pick.
-
-        Returns the piece and whether it differs from the strategy's (then the rest of a draft is stale).
-        """
-        if index not in self.forced:
-            return piece, False
-        _, ids = self.forced[index]
-        picked = self.drafter.lm.vocab.join(piece[0])
-        if picked == self.drafter.lm.vocab.join(ids):  # the strategy's own text: keep its ids, change nothing
-            return (piece[0], {"decision": "forced", "drafted": None}), False
-        return (ids, {"decision": "forced", "drafted": display_piece(picked)}), True
 
     # ---------------------------------------------------------------- drafting
     def draft(self, count: int, gate: float = 0.0) -> Draft:
@@ -263,7 +238,7 @@ class Decoder:
         eos = self.drafter.lm.eos_ids
         with self.stats.timed("draft"):
             for _ in range(count):
-                if self.stop.is_set():
+                if self.cancel.is_set():
                     break
                 position = len(self.response.ids) + len(draft)
                 row = self.sampler.scaled(self.drafter.logits(self.response.ids + draft.ids, [position])[0])
@@ -284,6 +259,7 @@ class Decoder:
         """`index`: character offsets of the response extended by the draft, if the caller has them."""
         lm = self.drafter.lm
         index = index or text_and_index(self.response.extended(draft.ids))[1]
+        spans = lm.vocab.spans(draft.ids, len(self.response.raw))
         tokens = [
             DraftToken(
                 token_id,
@@ -291,9 +267,9 @@ class Decoder:
                 index.char_of_byte(s),
                 index.char_of_byte(e),
                 row[token_id].item(),
-                _top(row, lm),
+                top_candidates(row, lm),
             )
-            for token_id, row, (s, e) in zip(draft.ids, draft.probs, lm.vocab.spans(draft.ids, len(self.response.raw)))
+            for token_id, row, (s, e) in zip(draft.ids, draft.probs, spans)
         ]
         return TokensDrafted(self.round, self.drafter.name, tokens)
 
@@ -313,18 +289,17 @@ class Decoder:
 
     # ---------------------------------------------------------------- ensembling
     def ensemble_at(
-        self, position: int, views: list[ModelView], own: int, drafted: str | None, spelling: str = "full"
+        self, position: int, views: list[ModelView], drafter_token: int, drafted: str | None, spelling: str = "full"
     ) -> tuple[list[int], EnsemblePoint]:
-        """Ensemble where the drafter would emit `own`; the drafter's ids for the choice and the event.
-
-        `spelling`: "full" appends the drafter's whole spelling of the chosen string; "first-subtoken"
-        only its first sub-token when the string is not one drafter token (UniTE's per-token commit).
-        """
+        """Ensemble where the drafter would emit `drafter_token`; the drafter's ids for the choice and the
+        event. `spelling`: see `spelling.speller`."""
         with self.stats.timed("ensemble"):
             result = ensemble(views, self.config.ensemble)
-            chosen, ids = self._choose(result, views[0].logits, own, spelling)
+            lm, top_k = self.drafter.lm, self.config.ensemble.top_k
+            chosen, ids = choose(result, lm, views[0].logits, drafter_token, top_k, spelling, self.sampler)
+        changed = ids != [drafter_token]
         self.stats.ensembled += 1
-        self.stats.replaced += ids != [own]
+        self.stats.replaced += changed
         self.stats.sharpened += result.after is not None
         table = [
             UnionRow(
@@ -332,6 +307,7 @@ class Decoder:
                 per_model={p.name: result.per_model[m, i].item() for m, p in enumerate(self.parts)},
                 before=result.before[i].item(),
                 after=None if result.after is None else result.after[i].item(),
+                raw_hex=raw_hex(key),
             )
             for i, key in enumerate(result.keys)
         ]
@@ -341,7 +317,7 @@ class Decoder:
             position=position,
             drafted=drafted,
             chosen=key_text(chosen),
-            changed=ids != [own],
+            changed=changed,
             method=self.config.ensemble.method,
             sharpening=self.config.ensemble.sharpen if result.after is not None else None,
             table=table,
@@ -349,88 +325,56 @@ class Decoder:
         )
         return ids, point
 
-    def _choose(self, result: EnsembleResult, logits: torch.Tensor, own: int, spelling: str) -> tuple[Key, list[int]]:
-        """The ensemble's pick (argmax, or a draw when sampling) among the strings the drafter can spell."""
-        spell = self._speller(logits, own, spelling)
-        weights = result.final.clone()
-        while weights.sum() > 0:
-            i, _ = self.sampler.pick(weights)
-            ids = spell(result.keys[i])
-            if ids:
-                return result.keys[i], ids
-            weights[i] = 0
-        raise RuntimeError("no ensemble candidate can be spelled by the drafter")
-
-    def _speller(self, logits: torch.Tensor, own: int, spelling: str):
-        """Maps a union string to the drafter's ids for it, or None.
-
-        A vocabulary can spell one string with several ids (Gemma has two "."): the drafter's own token,
-        then its best-scored id for the string, win over a fresh encoding.
-        """
-        lm = self.drafter.lm
-        preferred = {lm.key_of(own): own}
-        for token_id in torch.topk(logits, self.config.ensemble.top_k).indices.tolist():
-            preferred.setdefault(lm.key_of(token_id), token_id)
-
-        def spell(key: Key) -> list[int] | None:
-            if key in preferred:
-                return [preferred[key]]
-            if key == EOS_KEY:
-                return [min(lm.eos_ids)] if lm.eos_ids else None
-            if not isinstance(key, bytes):  # another model's special token: only a special token of ours matches
-                token_id = lm.tokenizer.convert_tokens_to_ids(key)
-                return [token_id] if isinstance(token_id, int) and token_id != lm.tokenizer.unk_token_id else None
-            if spelling == "first-subtoken":
-                token_id = first_subtoken(lm.vocab, key)
-                return None if token_id is None else [token_id]
-            try:
-                return lm.vocab.encode_bytes(key)
-            except ValueError:
-                return None
-
-        return spell
-
     # ---------------------------------------------------------------- committing
-    def commit(self, pieces: list[tuple[list[int], dict]]) -> TextCommitted:
-        """Append (ids, CommittedToken fields) pieces to the response; count them and announce them.
+    def diverted(self, pieces: Sequence[Piece]) -> bool:
+        """A forced text replaces the last of this commit's pieces so far: the rest of its draft is stale,
+        so the strategy hands over what it has."""
+        return self.forcing.diverts(self.stats.tokens + len(pieces) - 1, pieces[-1])
 
-        A piece that completes a stop sequence is the last one committed."""
-        spans = []
-        for ids, _ in pieces:
-            spans.append(self.response.commit(ids))
-            if self._stopped_at(spans[-1][0]):
-                pieces = pieces[: len(spans)]
+    def commit(self, pieces: Sequence[Piece]) -> TextCommitted:
+        """Append the pieces to the response, forced texts in place of the strategy's (`DecodeConfig.force`);
+        count them and announce them. A piece a forced text replaced, or one that completes a stop sequence,
+        is the last one committed."""
+        committed: list[tuple[Piece, tuple[int, int]]] = []
+        for piece in pieces:
+            index = self.stats.tokens + len(committed)
+            diverted = self.forcing.diverts(index, piece)
+            piece = self.forcing.apply(index, piece)
+            committed.append((piece, self.response.commit(piece.ids)))
+            if self.stops.found(self.response.raw, committed[-1][1][0]):
+                self.stop_reason = StopReason.STOP_SEQUENCE
+                break
+            if diverted:
                 break
         _, index = text_and_index(self.response.raw)
-        tokens = []
-        for (ids, info), (s, e) in zip(pieces, spans):
-            text = (
-                key_text(self.drafter.lm.key_of(ids[0]))
-                if len(ids) == 1
-                else display_piece(self.drafter.lm.vocab.join(ids))
-            )
-            tokens.append(
-                CommittedToken(text=text, start=index.char_of_byte(s), end=index.char_of_byte(e), ids=list(ids), **info)
-            )
-            self.committed_texts.append(text)
-            if any(i in self.drafter.lm.eos_ids for i in ids):
-                self.stop_reason = "eos"
-        self.stats.tokens += len(pieces)
+        tokens = [self._token(piece, index.char_of_byte(s), index.char_of_byte(e)) for piece, (s, e) in committed]
+        self.stats.count([piece for piece, _ in committed])
         self.drafter.forget_before(len(self.response.ids))
         self._last_commit = TextCommitted(
             self.round, self.response.take_delta(), tokens, time.perf_counter() - self.started
         )
         return self._last_commit
 
-    def _stopped_at(self, piece_start: int) -> bool:
-        """Whether a stop sequence now ends in the response (searched from where it could newly end)."""
-        raw = self.response.raw
-        lead = len(raw) - len(raw.lstrip())  # a stop sequence in the leading whitespace does not count
-        for stop in self._stops:
-            found = raw.find(stop, max(lead, piece_start - len(stop) + 1))
-            if found >= 0:
-                end = found + len(stop)
-                self.stop_end = end if self.stop_end is None else min(self.stop_end, end)
-        if self.stop_end is not None:
-            self.stop_reason = "stop"
-        return self.stop_end is not None
+    def _token(self, piece: Piece, start: int, end: int) -> CommittedToken:
+        """The committed piece as the event shows it; its text joins the degeneration measures, and an end
+        token among its ids ends the run."""
+        lm = self.drafter.lm
+        key = lm.key_of(piece.ids[0]) if len(piece.ids) == 1 else lm.vocab.join(piece.ids)
+        text = key_text(key)
+        self.committed_texts.append(text)
+        if any(i in lm.eos_ids for i in piece.ids):
+            self.stop_reason = StopReason.EOS
+        reason = piece.reason
+        return CommittedToken(
+            text=text,
+            start=start,
+            end=end,
+            ids=list(piece.ids),
+            decision=piece.decision,
+            drafted=piece.drafted,
+            reason=None if reason is None else reason.text(piece.oov_like_for),
+            sharpened=piece.sharpened,
+            oov_like_for=list(piece.oov_like_for),
+            reason_code=reason,
+            raw_hex=raw_hex(key),
+        )
