@@ -13,11 +13,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Sequence
 
+from .batching import ActiveRun
 from .config import MAX_NEW_TOKENS, PER_TOKEN_COMMITS, SAFE_MODES, STRATEGIES, DecodeConfig
 from .decoder import Decoder
 from .events import Event
 from .models import LoadedModel
 from .per_token import per_token_step
+from .runtime import SCHEDULER
 from .safe import safe_round
 
 __all__ = ["MAX_NEW_TOKENS", "PER_TOKEN_COMMITS", "SAFE_MODES", "STRATEGIES", "DecodeConfig", "decode"]
@@ -68,5 +70,9 @@ def decode(
     stop: threading.Event | None = None,
 ) -> Iterator[Event]:
     """Run one strategy; yields events as they happen. Raises SafeEngineError subclasses on bad input
-    (checked here, before the first event)."""
-    return _events(Decoder(models, prompt, config, stop))
+    (checked here, before the first event). Runs decoding at the same time share forward passes
+    (`runtime.py`); the run's KV slots are handed back when its events end or the iterator is closed."""
+    run = ActiveRun(SCHEDULER)
+    with run.opening():
+        decoder = Decoder(models, prompt, config, stop)
+    return run.drive(_events(decoder))
