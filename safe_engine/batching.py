@@ -98,6 +98,7 @@ class ModelExecutor:
         self.live: weakref.WeakSet[KVSlot] = weakref.WeakSet()
         self.free: list[KVSlot] = []
         self.recent_pass_s: float | None = None
+        self._mask = _PLACEHOLDER_MASK.to(lm.device)
         install_slot_attention(lm.model)
 
     # ------------------------------------------------------------ slots
@@ -142,6 +143,8 @@ class ModelExecutor:
                         self.firing = False
                         changed.notify_all()
             finally:
+                if not request.done and request in self.queue:  # interrupted while waiting
+                    self.queue.remove(request)
                 if request.run.driving:
                     self.scheduler.busy.add(request.run)
         if request.error is not None:
@@ -216,7 +219,7 @@ class ModelExecutor:
             out = self._model()(
                 input_ids=torch.tensor([ids], device=device),
                 position_ids=torch.tensor([positions], device=device),
-                attention_mask=_PLACEHOLDER_MASK.to(device),
+                attention_mask=self._mask,
                 use_cache=False,
                 logits_to_keep=torch.tensor(keep, device=device),
                 slot_batch=SlotBatch(rows),
@@ -232,7 +235,8 @@ class ModelExecutor:
         at = 0
         for request, row in zip(batch, rows):
             row.slot.length = row.offset + row.count
-            request.logits = logits[at : at + len(request.keep)]
+            mine = logits[at : at + len(request.keep)]
+            request.logits = mine.clone() if len(batch) > 1 else mine  # a memo must not pin the whole pass
             at += len(request.keep)
             request.rows, request.started, request.seconds = len(batch), started, seconds
 
@@ -259,7 +263,16 @@ class ActiveRun:
         return getattr(_CURRENT, "run", None) or ActiveRun(scheduler)
 
     def holds(self, executor: ModelExecutor) -> bool:
+        """Whether one of its open sessions is on the executor's model (called under the scheduler lock)."""
         return any(session.executor is executor for session in list(self.sessions))
+
+    def attach(self, session) -> None:
+        with self.scheduler.changed:
+            self.sessions.add(session)
+
+    def detach(self, session) -> None:
+        with self.scheduler.changed:
+            self.sessions.discard(session)
 
     @contextmanager
     def opening(self) -> Iterator[None]:
@@ -292,5 +305,7 @@ class ActiveRun:
             self.close()
 
     def close(self) -> None:
-        for session in list(self.sessions):
+        with self.scheduler.changed:
+            sessions = list(self.sessions)
+        for session in sessions:
             session.close()

@@ -54,7 +54,7 @@ class ModelSession:
         self.executor = SCHEDULER.executor(lm)
         self._slot = self.executor.take_slot()
         self._run = ActiveRun.current(SCHEDULER)
-        self._run.sessions.add(self)
+        self._run.attach(self)
         self._vocab_size = getattr(getattr(lm.model, "config", None), "vocab_size", None)
 
     def __enter__(self) -> ModelSession:
@@ -68,7 +68,7 @@ class ModelSession:
         if self._slot is not None:
             self.executor.release(self._slot)
             self._slot = None
-            self._run.sessions.discard(self)
+            self._run.detach(self)
 
     def next_token_logits(self, ids: Sequence[int], starts: Sequence[int]) -> torch.Tensor:
         """Logits of the distribution of ids[t] given ids[:t], for each t in `starts` (1 ≤ t ≤ len(ids))."""
