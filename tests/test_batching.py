@@ -183,6 +183,7 @@ def test_batched_runs_give_the_tokens_of_runs_alone(pair):
         for strategy in ("single", "per-token", "safe")
         for prompt in PROMPTS
     ]
+    requests.append(DecodeRequest(PROMPTS[0], DecodeConfig(strategy="safe", max_new_tokens=20, force=((3, " dog"),))))
     alone = [texts(list(decode(pair, r.prompt, r.config))) for r in requests]
     handles = start_together(pair, requests, max_parallel=len(requests))
     for handle, expected in zip(handles, alone):
