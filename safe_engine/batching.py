@@ -7,8 +7,9 @@ logits; each request goes to its model's `ModelExecutor`, shared by the whole pr
 - fire model M's pending requests as soon as no run holding an open session on M is still computing
   (every such run is waiting on some executor, or has handed an event to its consumer); a run alone
   never waits;
-- otherwise fire when the oldest pending request has waited `Scheduler.max_wait_s` (a few ms,
-  a quarter of M's recent pass time, whichever is shorter);
+- otherwise fire when the oldest pending request has waited `Scheduler.max_wait_s` (5 ms) or a
+  quarter of M's recent pass time, whichever is shorter, counted from its arrival or from the end of
+  the pass on the device it arrived behind;
 - a pass takes the pending requests oldest first, up to `max_rows` runs and `max_tokens` new tokens;
 - passes on one device run one at a time (a lock per device): the cores are shared anyway, and
   requests that arrive meanwhile join the next pass.
@@ -41,6 +42,7 @@ class Scheduler:
         self.changed = threading.Condition()  # guards everything below and every executor's queue
         self.busy: set[ActiveRun] = set()
         self._devices: dict[str, threading.Lock] = {}
+        self.freed: dict[str, float] = {}  # device -> when its last pass ended
         self._executors: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def executor(self, lm) -> ModelExecutor:
@@ -164,7 +166,10 @@ class ModelExecutor:
         return self._time_left() <= 0
 
     def _time_left(self) -> float:
-        return self.queue[0].submitted + self._wait_s() - time.perf_counter()
+        """The wait runs from when the oldest request could first have gone: its arrival, or the end of the
+        pass it arrived behind (else runs that alternate with each other would never meet)."""
+        since = max(self.queue[0].submitted, self.scheduler.freed.get(str(self.device), 0.0))
+        return since + self._wait_s() - time.perf_counter()
 
     def _take(self) -> list[Request]:
         taken, tokens = [], 0
@@ -189,6 +194,7 @@ class ModelExecutor:
                 with self.scheduler.changed:
                     for request in batch:
                         request.done = True
+                    self.scheduler.freed[str(self.device)] = time.perf_counter()
 
     def _answer(self, batch: list[Request]) -> None:
         """One pass for the batch; if it raises, each request alone (one run's error stays its own)."""
