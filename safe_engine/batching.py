@@ -7,9 +7,11 @@ logits; each request goes to its model's `ModelExecutor`, shared by the whole pr
 - fire model M's pending requests as soon as no run holding an open session on M is still computing
   (every such run is waiting on some executor, or has handed an event to its consumer); a run alone
   never waits;
-- otherwise fire when the oldest pending request has waited `Scheduler.max_wait_s` (5 ms) or a
-  quarter of M's recent pass time, whichever is shorter, counted from its arrival or from the end of
-  the pass on the device it arrived behind;
+- otherwise fire when the oldest pending request has waited `Scheduler.max_wait_s` (20 ms) or half
+  of M's recent pass time, whichever is shorter, counted from its arrival or from the end of the pass
+  on the device it arrived behind. A row joining costs far less than a pass of its own (the weights
+  are read once), so waiting up to half a pass for a run still computing pays; the wait ends as soon as
+  every run holding M is waiting somewhere;
 - a pass takes the pending requests oldest first, up to `max_rows` runs and `max_tokens` new tokens;
 - passes on one device run one at a time (a lock per device): the cores are shared anyway, and
   requests that arrive meanwhile join the next pass.
@@ -37,7 +39,7 @@ _PLACEHOLDER_MASK = torch.ones(1, 1, 1, 1, dtype=torch.bool)  # a prepared 4D ma
 class Scheduler:
     """The process-wide state the executors share: which runs are computing, one lock per device."""
 
-    def __init__(self, max_wait_s: float = 0.005, max_rows: int = 16, max_tokens: int = 2048, keep_free: int = 8):
+    def __init__(self, max_wait_s: float = 0.02, max_rows: int = 16, max_tokens: int = 2048, keep_free: int = 8):
         self.max_wait_s, self.max_rows, self.max_tokens, self.keep_free = max_wait_s, max_rows, max_tokens, keep_free
         self.changed = threading.Condition()  # guards everything below and every executor's queue
         self.busy: set[ActiveRun] = set()
@@ -156,7 +158,7 @@ class ModelExecutor:
     def _wait_s(self) -> float:
         if self.recent_pass_s is None:
             return self.scheduler.max_wait_s
-        return min(self.scheduler.max_wait_s, 0.25 * self.recent_pass_s)
+        return min(self.scheduler.max_wait_s, 0.5 * self.recent_pass_s)
 
     def _due(self) -> bool:
         if not self.queue:

@@ -11,10 +11,11 @@ from scripted_models import ScriptedLM, scripted
 from tiny_models import char_tokenizer, tiny_model, unigram_tokenizer
 
 from safe_engine import DecodeRequest, decode_many
+from safe_engine.batching import ActiveRun, Request
 from safe_engine.decoding import DecodeConfig, decode
 from safe_engine.errors import ConfigError
 from safe_engine.events import RunFinished, TextCommitted
-from safe_engine.kv_slots import row_mask
+from safe_engine.kv_slots import KVSlot, row_mask
 from safe_engine.runtime import SCHEDULER, ModelSession
 
 
@@ -135,6 +136,30 @@ def test_slots_are_reused_and_the_free_ones_bounded(tiny):
     assert len(executor.free) == SCHEDULER.keep_free and not executor.live
     with pytest.raises(RuntimeError, match="closed"):
         many[0].next_token_logits([5], [1])
+
+
+def test_the_fire_rule(tiny):
+    """Due at once when no run holding the model computes (a run alone never waits); else after the
+    wait, counted from the end of the pass the request arrived behind."""
+    executor, device = SCHEDULER.executor(tiny), str(tiny.device)
+    holder = ActiveRun(SCHEDULER)
+    with holder.opening():
+        session = ModelSession(tiny)
+    now = time.perf_counter()
+    request = Request(ActiveRun(SCHEDULER), KVSlot(), 0, [3], [0], submitted=now - 1.0)
+    with SCHEDULER.changed:
+        executor.queue.append(request)
+        try:
+            SCHEDULER.freed[device] = now
+            assert executor._due()  # the holder is not computing
+            SCHEDULER.set_busy(holder, True)
+            assert not executor._due()  # it is, and the pass this request waited behind just ended
+            SCHEDULER.freed[device] = now - 1.0
+            assert executor._due()  # it has waited long enough
+        finally:
+            SCHEDULER.set_busy(holder, False)
+            executor.queue.clear()
+    session.close()
 
 
 def test_a_bad_id_fails_its_own_request_only(tiny):
