@@ -39,8 +39,9 @@ _PLACEHOLDER_MASK = torch.ones(1, 1, 1, 1, dtype=torch.bool)  # a prepared 4D ma
 class Scheduler:
     """The process-wide state the executors share: which runs are computing, one lock per device."""
 
-    def __init__(self, max_wait_s: float = 0.02, max_rows: int = 16, max_tokens: int = 2048, keep_free: int = 8):
-        self.max_wait_s, self.max_rows, self.max_tokens, self.keep_free = max_wait_s, max_rows, max_tokens, keep_free
+    def __init__(self, max_wait_s=0.02, max_rows=16, max_tokens=2048, keep_free=8, keep_free_bytes=256 * 2**20):
+        self.max_wait_s, self.max_rows, self.max_tokens = max_wait_s, max_rows, max_tokens
+        self.keep_free, self.keep_free_bytes = keep_free, keep_free_bytes  # free slots kept per model, at most
         self.changed = threading.Condition()  # guards everything below and every executor's queue
         self.busy: set[ActiveRun] = set()
         self._devices: dict[str, threading.Lock] = {}
@@ -114,10 +115,12 @@ class ModelExecutor:
         return slot
 
     def release(self, slot: KVSlot) -> None:
-        """A closed run's slot: kept (buffers and all) for the next run, up to `keep_free` of them."""
+        """A closed run's slot: kept (buffers and all) for the next run, up to `keep_free` of them and
+        `keep_free_bytes` in all; otherwise its memory is freed."""
         with self.scheduler.changed:
             self.live.discard(slot)
-            if len(self.free) < self.scheduler.keep_free:
+            kept = sum(s.nbytes for s in self.free) + slot.nbytes
+            if len(self.free) < self.scheduler.keep_free and kept <= self.scheduler.keep_free_bytes:
                 self.free.append(slot)
 
     def slot_bytes(self) -> int:

@@ -108,7 +108,9 @@ def row_mask(offset: int, count: int, window: int | None, is_causal_ok: bool) ->
     return first, visible[None, None]
 
 
-def _slot_attention(base, is_causal_ok: bool, module, query, key, value, attention_mask, slot_batch=None, **kwargs):
+def _slot_attention(base, sdpa: bool, module, query, key, value, attention_mask, slot_batch=None, **kwargs):
+    """`base`: the model's own attention, SDPA (`sdpa`: boolean masks, `is_causal` for a square from 0)
+    or eager (additive float masks). Without a batch, it is called as transformers would."""
     if slot_batch is None:
         return base(module, query, key, value, attention_mask, **kwargs)
     window = kwargs.get("sliding_window")
@@ -116,10 +118,10 @@ def _slot_attention(base, is_causal_ok: bool, module, query, key, value, attenti
     for row in slot_batch.rows:
         span = slice(row.begin, row.end)
         keys, values = row.slot.write(module.layer_idx, key[0, :, span], value[0, :, span], row.offset)
-        first, mask = row_mask(row.offset, row.count, window, is_causal_ok)
+        first, mask = row_mask(row.offset, row.count, window, is_causal_ok=sdpa)
         if mask is not None:
             mask = mask.to(query.device)
-            if not is_causal_ok:  # eager attention adds a float mask
+            if not sdpa:  # eager attention adds a float mask
                 mask = torch.zeros(mask.shape, dtype=query.dtype, device=query.device).masked_fill(
                     ~mask, torch.finfo(query.dtype).min
                 )

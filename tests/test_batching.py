@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from scripted_models import ScriptedLM, scripted
-from tiny_models import char_tokenizer, tiny_model, unigram_tokenizer
+from tiny_models import char_tokenizer, tiny_model, tiny_model_folder, unigram_tokenizer
 
 from safe_engine import DecodeRequest, decode_many
 from safe_engine.batching import ActiveRun, Request
@@ -16,6 +16,7 @@ from safe_engine.decoding import DecodeConfig, decode
 from safe_engine.errors import ConfigError
 from safe_engine.events import RunFinished, TextCommitted
 from safe_engine.kv_slots import KVSlot, row_mask
+from safe_engine.models import LoadOptions, load_model
 from safe_engine.runtime import SCHEDULER, ModelSession
 
 
@@ -101,6 +102,24 @@ def test_rows_with_random_edits_match_fresh_forwards(tiny):
     assert min(len(x) for x in ids) > 20  # past Gemma's window of 8
     for session in sessions:
         assert session.stats.rows == 4 * session.stats.passes  # every pass was shared by the four
+        session.close()
+
+
+def test_eager_attention_rows_match_fresh_forwards(tmp_path):
+    """A model loaded with eager attention: float masks, the family's own eager function."""
+    folder = tiny_model_folder(tmp_path, char_tokenizer(), arch="gemma3", sliding_window=4)
+    lm = load_model(str(folder), LoadOptions(attn_implementation="eager"))
+    sessions = [ModelSession(lm) for _ in range(3)]
+    assert lm.model.config._attn_implementation.startswith("safe-slots-eager")
+    ids = [[3 + (i * 7 + j) % 25 for j in range(4 + 5 * i)] for i in range(3)]
+    for step in range(6):
+        ids = [x[:-2] + [3 + (step + i) % 25] * 3 if step % 2 else x + [3 + step] for i, x in enumerate(ids)]
+        calls = [lambda s=s, x=list(x): s.next_token_logits(x, [len(x) - 1, len(x)]) for s, x in zip(sessions, ids)]
+        results, errors = together(lm, calls)
+        assert errors == [None] * 3
+        for got, x in zip(results, ids):
+            torch.testing.assert_close(got, full_forward(lm, x, [len(x) - 1, len(x)]), atol=1e-4, rtol=1e-4)
+    for session in sessions:
         session.close()
 
 
