@@ -40,7 +40,8 @@ def warm_up(models: Sequence[LoadedModel], config: DecodeConfig | None = None) -
     comparison plan (tokenizers' first calls, GaC's vocabulary union)."""
     for lm in models:
         _ = lm.vocab.id_of_bytes
-        ModelSession(lm).next_token_logits(lm.encode_prompt(WARM_UP_PROMPT), [1])
+        with ModelSession(lm) as session:
+            session.next_token_logits(lm.encode_prompt(WARM_UP_PROMPT), [1])
     if config is not None and len(models) > 1:
         for _, run_models, run_config in comparison_plan(models, config):
             for _ in decode(run_models, WARM_UP_PROMPT, replace(run_config, max_new_tokens=2, force=(), stop=())):

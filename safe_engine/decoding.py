@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Sequence
 
+from .batching import ActiveRun
 from .config import MAX_NEW_TOKENS, PER_TOKEN_COMMITS, SAFE_MODES, STRATEGIES, DecodeConfig
 from .events import Event
 from .models import LoadedModel
@@ -20,6 +21,7 @@ from .per_token import per_token_step
 from .piece import Piece
 from .reasons import Decision
 from .run import Run
+from .runtime import SCHEDULER
 from .safe import safe_round
 
 __all__ = ["MAX_NEW_TOKENS", "PER_TOKEN_COMMITS", "SAFE_MODES", "STRATEGIES", "DecodeConfig", "decode"]
@@ -67,5 +69,9 @@ def decode(
 ) -> Iterator[Event]:
     """Run one strategy; yields events as they happen. Setting `cancel` (4th argument) ends the run at the
     next check, with stop_reason "stopped" (`StopReason.CANCELLED`). Raises SafeEngineError subclasses on
-    bad input (checked here, before the first event)."""
-    return _events(Run(models, prompt, config, cancel))
+    bad input (checked here, before the first event). Runs decoding at the same time share forward passes
+    (`runtime.py`); the run's KV slots are handed back when its events end or the iterator is closed."""
+    active = ActiveRun(SCHEDULER)
+    with active.opening():
+        run = Run(models, prompt, config, cancel)
+    return active.drive(_events(run))

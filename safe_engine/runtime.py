@@ -1,27 +1,27 @@
-"""One model's decoding state in a run: its token ids, its KV cache and the logits it already computed.
+"""One model's decoding state in a run: its token ids, its KV slot and the logits it already computed.
 
 `next_token_logits(ids, starts)` is the only way the strategies run a model. It keeps the longest
-cached prefix of `ids` (cropping the `DynamicCache` with its public API), feeds only the rest, and
-projects the LM head only at the positions asked for. Logits already computed for a cached prefix are
-returned from memory, so a drafted token that survives a round is never recomputed.
+cached prefix of `ids` (a rollback only shortens the run's slot), feeds only the rest, and projects
+the LM head only at the positions asked for. Logits already computed for a cached prefix are returned
+from memory, so a drafted token that survives a round is never recomputed.
+
+The feeding goes through the model's batching executor (`batching.py`): whatever other runs wait on
+the same model at the same moment share the pass, each with its own slot (`kv_slots.py`); a run alone
+is a pass of one. Close a session (or use it as a context manager) to hand its slot back.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
+from .batching import ActiveRun, Request, Scheduler
 from .models import LoadedModel
 
-
-def crop_cache(cache, keep: int) -> None:
-    """Shrink a DynamicCache to its first `keep` positions (transformers 5 only takes a negative count)."""
-    drop = cache.get_seq_length() - keep
-    if drop > 0:
-        cache.crop(-drop)
+SCHEDULER = Scheduler()
+"""The process's batching state: every session in the process shares its executors."""
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -34,33 +34,49 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 @dataclass
 class ForwardStats:
+    """A session's forward passes. `seconds` is the wall time of the passes it took part in (the other
+    rows' work included); `rows` sums the runs sharing each of them, so rows / passes is the mean batch;
+    `wait_seconds` is the time its requests waited for a pass to start."""
+
     passes: int = 0
     positions: int = 0
     seconds: float = 0.0
+    rows: int = 0
+    wait_seconds: float = 0.0
 
 
-@dataclass
 class ModelSession:
-    lm: LoadedModel
-    cached_ids: list[int] = field(default_factory=list)
-    stats: ForwardStats = field(default_factory=ForwardStats)
-    _cache: object = None
-    _memo: dict[int, torch.Tensor] = field(default_factory=dict)  # start index -> logits (fp32, CPU)
+    def __init__(self, lm: LoadedModel):
+        self.lm = lm
+        self.cached_ids: list[int] = []
+        self.stats = ForwardStats()
+        self._memo: dict[int, torch.Tensor] = {}  # start index -> logits (fp32, CPU)
+        self.executor = SCHEDULER.executor(lm)
+        self._slot = self.executor.take_slot()
+        self._run = ActiveRun.current(SCHEDULER)
+        self._run.attach(self)
+        self._vocab_size = getattr(getattr(lm.model, "config", None), "vocab_size", None)
 
-    def __post_init__(self):
-        from transformers import DynamicCache
+    def __enter__(self) -> ModelSession:
+        return self
 
-        # No config: plain full-length layers even for sliding-window models (Gemma 3), so the cache can
-        # be cropped anywhere; the model still applies the sliding-window mask itself.
-        self._cache = DynamicCache()
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Hand the slot back (idempotent); the session cannot compute afterwards."""
+        if self._slot is not None:
+            self.executor.release(self._slot)
+            self._slot = None
+            self._run.detach(self)
 
     def next_token_logits(self, ids: Sequence[int], starts: Sequence[int]) -> torch.Tensor:
         """Logits of the distribution of ids[t] given ids[:t], for each t in `starts` (1 ≤ t ≤ len(ids))."""
+        if self._slot is None:
+            raise RuntimeError(f"the session on {self.lm.name} is closed")
         keep = common_prefix(self.cached_ids, ids)
         if keep < min(len(self.cached_ids), len(ids)):  # diverged (a prefix of the cache needs no crop)
-            crop_cache(self._cache, keep)
-            del self.cached_ids[keep:]
-            self._memo = {t: v for t, v in self._memo.items() if t <= keep}
+            self._truncate(keep)
         missing = [t for t in starts if t not in self._memo]
         if missing:
             # Feed from the first uncached position; remembered logits past it are recomputed with it.
@@ -68,28 +84,29 @@ class ModelSession:
             self._forward(ids, feed_from, sorted({t for t in starts if t in missing or t > feed_from}))
         return torch.stack([self._memo[t] for t in starts])
 
+    def _truncate(self, keep: int) -> None:
+        del self.cached_ids[keep:]
+        self._slot.length = keep
+        self._memo = {t: v for t, v in self._memo.items() if t <= keep}
+
     def _forward(self, ids: Sequence[int], feed_from: int, wanted: Sequence[int]) -> None:
         """Feed ids[feed_from:max(wanted)]; the output at position p is the distribution of ids[p + 1]."""
+        if not 1 <= wanted[0] <= wanted[-1] <= len(ids):
+            raise ValueError(f"positions {wanted[0]}..{wanted[-1]} are outside the {len(ids)} ids given")
         if feed_from < len(self.cached_ids):
-            crop_cache(self._cache, feed_from)
-            del self.cached_ids[feed_from:]
-            self._memo = {t: v for t, v in self._memo.items() if t <= feed_from}
-        chunk = list(ids[feed_from : wanted[-1]])
-        keep = torch.tensor([t - 1 - feed_from for t in wanted], device=self.lm.device)
-        started = time.perf_counter()
-        with torch.inference_mode():
-            out = self.lm.model(
-                input_ids=torch.tensor([chunk], device=self.lm.device),
-                past_key_values=self._cache,
-                use_cache=True,
-                logits_to_keep=keep,
-            )
-        logits = out.logits[0].float().cpu()
-        self.stats.seconds += time.perf_counter() - started
+            self._truncate(feed_from)
+        chunk = [int(i) for i in ids[feed_from : wanted[-1]]]
+        if self._vocab_size and not all(0 <= i < self._vocab_size for i in chunk):
+            raise ValueError(f"a token id outside {self.lm.name}'s vocabulary of {self._vocab_size}")
+        request = Request(self._run, self._slot, feed_from, chunk, [t - 1 - feed_from for t in wanted])
+        self.executor.compute(request)
         self.stats.passes += 1
         self.stats.positions += len(chunk)
+        self.stats.seconds += request.seconds
+        self.stats.rows += request.rows
+        self.stats.wait_seconds += request.started - request.submitted
         self.cached_ids.extend(chunk)
-        for t, row in zip(wanted, logits):
+        for t, row in zip(wanted, request.logits):
             self._memo[t] = row
 
     def forget_before(self, start: int) -> None:

@@ -1,7 +1,7 @@
 """Scripted causal LMs: hand-written next-token distributions per context, over tiny real tokenizers.
 
-A scripted model is a real `LoadedModel` that the engine drives like any other (its `DynamicCache`
-holds the token ids it has seen, so cropping and memoised logits run for real); only its distributions
+A scripted model is a real `LoadedModel` that the engine drives like any other (its KV slot holds the
+token ids it has seen, so batching, rollback and memoised logits run for real); only its distributions
 are written by hand. That pins each SAFE rule in a decode-level test with exact probabilities.
 
     table = {"": {"Inc": 1.0}, "Inc": {"orr": 1.0}, ...}   # response text so far -> next-token probabilities
@@ -39,11 +39,13 @@ class ScriptedLM(torch.nn.Module):
         self.config = SimpleNamespace(max_position_embeddings=4096)
         self.contexts: list[list[int]] = []  # every context a distribution was asked for (tests read it)
 
-    def forward(self, input_ids, past_key_values, use_cache=True, logits_to_keep=None):
-        new = input_ids[0].to(torch.float32).view(1, 1, -1, 1)
-        seen = past_key_values.update(new, new, 0)[0].flatten().long().tolist()  # the cache holds the ids
-        start = len(seen) - input_ids.shape[1]
-        rows = [self.next_logits(seen[: start + p + 1]) for p in logits_to_keep.tolist()]
+    def forward(self, input_ids, slot_batch, logits_to_keep, **_):
+        contexts = []  # per packed position: the ids its row has seen up to it
+        for row in slot_batch.rows:
+            new = input_ids[0, row.begin : row.end].to(torch.float32).view(1, -1, 1)
+            seen = row.slot.write(0, new, new, row.offset)[0].flatten().long().tolist()  # the slot holds the ids
+            contexts += [seen[: row.offset + p + 1] for p in range(row.count)]
+        rows = [self.next_logits(contexts[p]) for p in logits_to_keep.tolist()]
         return SimpleNamespace(logits=torch.stack(rows)[None])
 
     def next_logits(self, ids: list[int]) -> torch.Tensor:

@@ -6,7 +6,7 @@ import pytest
 import torch
 from tiny_models import char_tokenizer, tiny_model
 
-from safe_engine.runtime import ModelSession, common_prefix, crop_cache
+from safe_engine.runtime import ModelSession, common_prefix
 
 
 def full_forward(lm, ids, starts):
@@ -59,16 +59,16 @@ def test_logits_of_a_cached_prefix_are_not_recomputed(tiny):
     torch.testing.assert_close(again, full_forward(tiny, rewound, [len(rewound)]), atol=1e-4, rtol=1e-4)
 
 
-def test_crop_cache_keeps_a_prefix(tiny):
-    from transformers import DynamicCache
-
-    cache = DynamicCache()
-    with torch.inference_mode():
-        tiny.model(torch.tensor([list(range(3, 23))]), past_key_values=cache, use_cache=True)
-    crop_cache(cache, 12)
-    assert cache.get_seq_length() == 12
-    crop_cache(cache, 15)  # growing is not cropping
-    assert cache.get_seq_length() == 12
+def test_a_rollback_only_shortens_the_slot(tiny):
+    session = ModelSession(tiny)
+    ids = list(range(3, 23))
+    session.next_token_logits(ids, [len(ids)])
+    slot = session._slot
+    assert slot.length == 20
+    edited = ids[:12] + [5, 6]
+    got = session.next_token_logits(edited, [len(edited)])
+    assert slot.length == 14 and session.stats.positions == 20 + 2  # only the two new ids were fed
+    torch.testing.assert_close(got, full_forward(tiny, edited, [len(edited)]), atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.real_models

@@ -1,0 +1,322 @@
+"""One forward pass for the waiting requests of every run: a batching executor per model.
+
+Every run (a `decode()` in its own thread, or a bare `ModelSession`) asks its model sessions for
+logits; each request goes to its model's `ModelExecutor`, shared by the whole process. When to fire
+(the rule the README's "Many runs at once" describes):
+
+- fire model M's pending requests as soon as no run holding an open session on M is still computing
+  (every such run is waiting on some executor, or has handed an event to its consumer); a run alone
+  never waits;
+- otherwise fire when the oldest pending request has waited `Scheduler.max_wait_s` (20 ms) or half
+  of M's recent pass time, whichever is shorter, counted from its arrival or from the end of the pass
+  on the device it arrived behind. A row joining costs far less than a pass of its own (the weights
+  are read once), so waiting up to half a pass for a run still computing pays; the wait ends as soon as
+  every run holding M is waiting somewhere;
+- a pass takes the pending requests oldest first, up to `max_rows` runs and `max_tokens` new tokens;
+- passes on one device run one at a time (a lock per device): the cores are shared anyway, and
+  requests that arrive meanwhile join the next pass.
+
+The thread whose request makes a pass due runs it (no scheduler thread). A pass that raises is
+retried row by row, so a failing run fails alone with its own error.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+
+from .kv_slots import KVSlot, SlotBatch, SlotRow, install_slot_attention
+
+_PLACEHOLDER_MASK = torch.ones(1, 1, 1, 1, dtype=torch.bool)  # a prepared 4D mask stops transformers building one
+
+
+class Scheduler:
+    """The process-wide state the executors share: which runs are computing, one lock per device."""
+
+    def __init__(self, max_wait_s=0.02, max_rows=16, max_tokens=2048, keep_free=8, keep_free_bytes=256 * 2**20):
+        self.max_wait_s, self.max_rows, self.max_tokens = max_wait_s, max_rows, max_tokens
+        self.keep_free, self.keep_free_bytes = keep_free, keep_free_bytes  # free slots kept per model, at most
+        self.changed = threading.Condition()  # guards everything below and every executor's queue
+        self.busy: set[ActiveRun] = set()
+        self._devices: dict[str, threading.Lock] = {}
+        self.freed: dict[str, float] = {}  # device -> when its last pass ended
+        self._executors: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def executor(self, lm) -> ModelExecutor:
+        with self.changed:
+            if lm.model not in self._executors:
+                self._executors[lm.model] = ModelExecutor(self, lm)
+            return self._executors[lm.model]
+
+    @contextmanager
+    def device(self, device: str) -> Iterator[None]:
+        """Hold the device: passes on it wait (tests use this to gather requests into one pass)."""
+        with self.changed:
+            lock = self._devices.setdefault(str(device), threading.Lock())
+        with lock:
+            yield
+
+    def set_busy(self, run: ActiveRun, busy: bool) -> None:
+        """A driven run starts (True) or stops (False) computing."""
+        with self.changed:
+            run.driving = busy
+            if busy:
+                self.busy.add(run)
+            else:
+                self.busy.discard(run)
+                self.changed.notify_all()
+
+
+@dataclass
+class Request:
+    """Feed `chunk` at logical positions offset.. into `slot`; logits after each chunk index in `keep`."""
+
+    run: ActiveRun
+    slot: KVSlot
+    offset: int
+    chunk: list[int]
+    keep: list[int]
+    submitted: float = field(default_factory=time.perf_counter)
+    done: bool = False
+    logits: torch.Tensor | None = None  # [len(keep), vocab], fp32, CPU
+    error: Exception | None = None
+    rows: int = 0  # runs that shared the pass that answered
+    started: float = 0.0
+    seconds: float = 0.0
+
+
+class ModelExecutor:
+    """Pending requests, free slots and the forward pass of one model."""
+
+    def __init__(self, scheduler: Scheduler, lm):
+        self.scheduler = scheduler
+        self._model = weakref.ref(lm.model)  # the scheduler's registry must not keep a model alive
+        self.device, self.name = lm.device, lm.name
+        self.queue: list[Request] = []
+        self.firing = False
+        self.live: weakref.WeakSet[KVSlot] = weakref.WeakSet()
+        self.free: list[KVSlot] = []
+        self.recent_pass_s: float | None = None
+        self._mask = _PLACEHOLDER_MASK.to(lm.device)
+        install_slot_attention(lm.model)
+
+    # ------------------------------------------------------------ slots
+    def take_slot(self) -> KVSlot:
+        with self.scheduler.changed:
+            slot = self.free.pop() if self.free else KVSlot()
+            self.live.add(slot)
+        slot.length = 0
+        return slot
+
+    def release(self, slot: KVSlot) -> None:
+        """A closed run's slot: kept (buffers and all) for the next run, up to `keep_free` of them and
+        `keep_free_bytes` in all; otherwise its memory is freed."""
+        with self.scheduler.changed:
+            self.live.discard(slot)
+            kept = sum(s.nbytes for s in self.free) + slot.nbytes
+            if len(self.free) < self.scheduler.keep_free and kept <= self.scheduler.keep_free_bytes:
+                self.free.append(slot)
+
+    def slot_bytes(self) -> int:
+        """Memory held by this model's KV slots, open runs' and kept free ones'."""
+        with self.scheduler.changed:
+            return sum(s.nbytes for s in [*self.live, *self.free])
+
+    # ------------------------------------------------------------ requests
+    def compute(self, request: Request) -> Request:
+        """Queue the request and return when a pass answered it (this thread may run that pass)."""
+        changed = self.scheduler.changed
+        with changed:
+            self.queue.append(request)
+            self.scheduler.busy.discard(request.run)
+            changed.notify_all()
+            try:
+                while not request.done:
+                    if self.firing or not self._due():
+                        changed.wait(None if self.firing or not self.queue else self._time_left())
+                        continue
+                    self.firing = True
+                    changed.release()
+                    try:
+                        self._fire()
+                    finally:
+                        changed.acquire()
+                        self.firing = False
+                        changed.notify_all()
+            finally:
+                if not request.done and request in self.queue:  # interrupted while waiting
+                    self.queue.remove(request)
+                if request.run.driving:
+                    self.scheduler.busy.add(request.run)
+        if request.error is not None:
+            raise request.error
+        return request
+
+    def _wait_s(self) -> float:
+        if self.recent_pass_s is None:
+            return self.scheduler.max_wait_s
+        return min(self.scheduler.max_wait_s, 0.5 * self.recent_pass_s)
+
+    def _due(self) -> bool:
+        if not self.queue:
+            return False
+        if not any(run.holds(self) for run in self.scheduler.busy):
+            return True
+        return self._time_left() <= 0
+
+    def _time_left(self) -> float:
+        """The wait runs from when the oldest request could first have gone: its arrival, or the end of the
+        pass it arrived behind (else runs that alternate with each other would never meet)."""
+        since = max(self.queue[0].submitted, self.scheduler.freed.get(str(self.device), 0.0))
+        return since + self._wait_s() - time.perf_counter()
+
+    def _take(self) -> list[Request]:
+        taken, tokens = [], 0
+        while self.queue and len(taken) < self.scheduler.max_rows:
+            if taken and tokens + len(self.queue[0].chunk) > self.scheduler.max_tokens:
+                break
+            taken.append(self.queue.pop(0))
+            tokens += len(taken[-1].chunk)
+        return taken
+
+    def _fire(self) -> None:
+        with self.scheduler.device(self.device):
+            with self.scheduler.changed:
+                batch = self._take()
+            try:
+                self._answer(batch)
+            except BaseException as exc:  # interrupted: no request may wait forever
+                for request in batch:
+                    request.error = request.error or RuntimeError(f"the forward pass was interrupted: {exc!r}")
+                raise
+            finally:
+                with self.scheduler.changed:
+                    for request in batch:
+                        request.done = True
+                    self.scheduler.freed[str(self.device)] = time.perf_counter()
+
+    def _answer(self, batch: list[Request]) -> None:
+        """One pass for the batch; if it raises, each request alone (one run's error stays its own)."""
+        try:
+            self._pass(batch)
+        except Exception as exc:
+            if len(batch) == 1:
+                batch[0].error = exc
+                return
+            for request in batch:
+                try:
+                    self._pass([request])
+                except Exception as alone:
+                    request.error = alone
+
+    def _pass(self, batch: list[Request]) -> None:
+        ids, positions, keep, rows = [], [], [], []
+        for request in batch:
+            begin = len(ids)
+            ids += request.chunk
+            positions += range(request.offset, request.offset + len(request.chunk))
+            keep += [begin + k for k in request.keep]
+            rows.append(SlotRow(request.slot, request.offset, begin, len(ids)))
+            request.slot.layers_written = 0
+        device = self.device
+        started = time.perf_counter()
+        with torch.inference_mode():
+            out = self._model()(
+                input_ids=torch.tensor([ids], device=device),
+                position_ids=torch.tensor([positions], device=device),
+                attention_mask=self._mask,
+                use_cache=False,
+                logits_to_keep=torch.tensor(keep, device=device),
+                slot_batch=SlotBatch(rows),
+            )
+        logits = out.logits[0].float().cpu()
+        seconds = time.perf_counter() - started
+        if any(row.slot.layers_written == 0 for row in rows):
+            raise RuntimeError(
+                f"{self.name} does not run its attention through transformers' attention interface, "
+                "so the batched runtime cannot keep its cache"
+            )
+        self.recent_pass_s = seconds if self.recent_pass_s is None else 0.8 * self.recent_pass_s + 0.2 * seconds
+        at = 0
+        for request, row in zip(batch, rows):
+            row.slot.length = row.offset + row.count
+            mine = logits[at : at + len(request.keep)]
+            request.logits = mine.clone() if len(batch) > 1 else mine  # a memo must not pin the whole pass
+            at += len(request.keep)
+            request.rows, request.started, request.seconds = len(batch), started, seconds
+
+
+_CURRENT = threading.local()
+
+
+class ActiveRun:
+    """One run's claim on the executors: its open sessions, and whether it is computing right now.
+
+    `decode()` makes one per run and drives the run's events through `drive`, so the run counts as
+    computing only while its strategy code runs (not while it waits on a pass, nor while its consumer
+    holds an event). Sessions opened while a run is current belong to it; a session opened elsewhere
+    gets a run of its own that never holds up anyone's pass.
+    """
+
+    def __init__(self, scheduler: Scheduler):
+        self.scheduler = scheduler
+        self.sessions: weakref.WeakSet = weakref.WeakSet()
+        self.driving = False  # its strategy code is running (set by the scheduler)
+
+    @staticmethod
+    def current(scheduler: Scheduler) -> ActiveRun:
+        return getattr(_CURRENT, "run", None) or ActiveRun(scheduler)
+
+    def holds(self, executor: ModelExecutor) -> bool:
+        """Whether one of its open sessions is on the executor's model (called under the scheduler lock)."""
+        return any(session.executor is executor for session in list(self.sessions))
+
+    def attach(self, session) -> None:
+        with self.scheduler.changed:
+            self.sessions.add(session)
+
+    def detach(self, session) -> None:
+        with self.scheduler.changed:
+            self.sessions.discard(session)
+
+    @contextmanager
+    def opening(self) -> Iterator[None]:
+        """Sessions opened inside belong to this run; if the block fails, they are closed."""
+        previous, _CURRENT.run = getattr(_CURRENT, "run", None), self
+        try:
+            yield
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            _CURRENT.run = previous
+
+    def drive(self, events: Iterator) -> Iterator:
+        """Yield the run's events; computing while producing one; its sessions close when it ends."""
+        try:
+            while True:
+                previous, _CURRENT.run = getattr(_CURRENT, "run", None), self
+                self.scheduler.set_busy(self, True)
+                try:
+                    event = next(events)
+                except StopIteration:
+                    return
+                finally:
+                    self.scheduler.set_busy(self, False)
+                    _CURRENT.run = previous
+                yield event
+        finally:
+            events.close()
+            self.close()
+
+    def close(self) -> None:
+        with self.scheduler.changed:
+            sessions = list(self.sessions)
+        for session in sessions:
+            session.close()
