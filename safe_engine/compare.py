@@ -9,7 +9,6 @@ from dataclasses import replace
 from .decoding import DecodeConfig, decode
 from .events import Event, RunFinished, RunStarted
 from .models import LoadedModel, LoadOptions, load_model
-from .runtime import ModelSession
 
 _LOADED: dict[tuple[str, LoadOptions], LoadedModel] = {}
 WARM_UP_PROMPT = "a"  # one letter: every tokenizer that can decode anything spells it
@@ -31,7 +30,7 @@ def warm_up(models: Sequence[LoadedModel], config: DecodeConfig | None = None) -
     comparison plan (tokenizers' first calls, GaC's vocabulary union)."""
     for lm in models:
         _ = lm.vocab.id_of_bytes
-        ModelSession(lm).next_token_logits(lm.encode_prompt(WARM_UP_PROMPT), [1])
+        lm.open_session().next_token_logits(lm.encode_prompt(WARM_UP_PROMPT), [1])
     if config is not None and len(models) > 1:
         for _, run_models, run_config in comparison_plan(models, config):
             for _ in decode(run_models, WARM_UP_PROMPT, replace(run_config, max_new_tokens=2, force=(), stop=())):

@@ -125,7 +125,7 @@ class DamageMeter:
         """KL between the drafter's next-token distribution after the canonical ids and after its own."""
         drafter = run.drafter
         if self._canonical is None:
-            self._canonical = ModelSession(drafter.lm)
+            self._canonical = drafter.lm.open_session()
         with run.stats.timed("damage"):
             ids = drafter.prompt_ids + canonical_ids
             reference = self._canonical.next_token_logits(ids, [len(ids)])[0]

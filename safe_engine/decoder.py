@@ -149,7 +149,11 @@ class Decoder:
             order = order[:1]
         self.parts = [
             Participant(
-                names[i], models[i], ModelSession(models[i]), models[i].encode_prompt(prompt), weights[i] / sum(weights)
+                names[i],
+                models[i],
+                models[i].open_session(),
+                models[i].encode_prompt(prompt),
+                weights[i] / sum(weights),
             )
             for i in order
         ]
