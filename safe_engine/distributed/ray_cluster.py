@@ -1,0 +1,84 @@
+"""Joining a Ray cluster and waiting on remote calls, with Ray's failures turned into the engine's errors.
+
+Nothing here waits without a limit: `await_result` takes a timeout, and an actor's death, a call past
+its time and an exception raised remotely each become a `SafeEngineError` whose message says which.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from ..errors import ModelLoadError, SafeEngineError
+
+LOAD_TIMEOUT_S = 1800.0
+"""Loading a model in an actor: a first conversion of an embedded model or a hub download takes minutes."""
+
+
+class DistributedError(SafeEngineError):
+    """A remote model or replica failed; the message says which one and what became of the run."""
+
+
+class RemoteTimeout(DistributedError):
+    """A remote call gave no answer within its time (the actor may still be busy with it)."""
+
+
+class ActorLost(DistributedError):
+    """The actor a run was using died or was restarted since: the run's state there is gone."""
+
+
+def require_ray():
+    try:
+        import ray
+    except ImportError:
+        raise ModelLoadError("models and sweeps on Ray need Ray: pip install -r requirements-ray.txt") from None
+    return ray
+
+
+def connect(address: str | None = None):
+    """Ray, initialised once per process: the cluster at `address` (or $RAY_ADDRESS), else a local one.
+
+    A process that already joined a cluster (a test's, an embedding application's) keeps it. A remote
+    cluster gets this package's code with the job, so its workers need only the Python dependencies.
+    """
+    ray = require_ray()
+    if not ray.is_initialized():
+        code = {"py_modules": [str(Path(__file__).resolve().parents[1])]} if address else None
+        ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING, runtime_env=code)
+    return ray
+
+
+def check_feasible(cpus: float, gpus: float, what: str) -> None:
+    """Refuse at once an actor the cluster can never place (Ray would otherwise wait for it forever)."""
+    have = require_ray().cluster_resources()
+    for name, wanted in (("CPU", cpus), ("GPU", gpus)):
+        if wanted > have.get(name, 0.0):
+            raise ModelLoadError(f"{what} asks for {wanted:g} {name}, and the Ray cluster has {have.get(name, 0):g}")
+
+
+def remote_error(exc: Exception, what: str) -> SafeEngineError:
+    """The engine error for a failed remote call: an engine error raised remotely comes back as it was."""
+    ray = require_ray()
+    if isinstance(exc, ray.exceptions.RayActorError):
+        return ActorLost(f"{what}: its Ray actor died ({_first_line(exc)})")
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, SafeEngineError):
+        return cause
+    cause = cause or exc
+    return DistributedError(f"{what} failed: {type(cause).__name__}: {_first_line(cause)}")
+
+
+def await_result(ref, timeout_s: float, what: str):
+    """The value of one remote call, or the engine error saying why there is none."""
+    ray = require_ray()
+    try:
+        return ray.get(ref, timeout=timeout_s)
+    except ray.exceptions.GetTimeoutError:
+        raise RemoteTimeout(f"{what} gave no answer within {timeout_s:g} s") from None
+    except ray.exceptions.RayError as exc:
+        raise remote_error(exc, what) from None
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
