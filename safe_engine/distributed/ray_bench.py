@@ -6,9 +6,9 @@ own model actors) and runs one job at a time with the single-process bench's `St
 store's semantics hold: at-least-once execution, rows deduplicated by (task, id, strategy), appended
 line by line, so a crash, a kill or a rerun never loses, duplicates or truncates a row.
 
-Faults: a replica that dies (its process killed) is restarted by Ray, reloads its models, and its
-unfinished job goes back to the front of the queue; past `max_restarts` deaths it is dropped, and the
-sweep fails only when no replica is left. A replica whose models fail to load, a job that raises, and
+Faults: a replica that dies (its process killed) is restarted by Ray and reloads its models, and its
+unfinished job goes back to the front of the queue; once Ray gives up on it (past `max_restarts`) it is
+dropped, and the sweep fails only when no replica is left. A replica whose models fail to load, a job that raises, and
 anything that takes longer than `timeout_s` end the sweep with an error saying which.
 """
 
@@ -27,7 +27,7 @@ from ..compare import load_models
 from ..config import DecodeConfig
 from ..errors import ConfigError
 from ..models import LoadOptions, resolve_spec
-from .ray_cluster import ActorLost, RemoteTimeout, check_feasible, connect, remote_error
+from .ray_cluster import RETRY_S, ActorLost, RemoteTimeout, check_feasible, connect, remote_error
 
 JOB_TIMEOUT_S = 1800.0
 """Loading a replica, or one (example, strategy) run: a large model's 512-token chain of thought on a CPU
@@ -89,7 +89,7 @@ class RayBench:
         self.replicas, self.cpus, self.gpus, self.address = replicas, cpus, gpus, address
         self.timeout_s, self.max_restarts = timeout_s, max_restarts
         self.pids: dict[int, int] = {}  # replica index -> its process now (it changes on a restart)
-        self.restarts = 0
+        self.lost_jobs = 0  # jobs sent back to the queue because their replica died
 
     @property
     def done(self) -> int:
@@ -120,39 +120,42 @@ class RayBench:
 
     def _dispatch(self, ray, replicas, stop: threading.Event) -> Iterator[dict]:
         queue = deque(self.sweep.todo.values())
-        waiting: dict = {}  # object ref -> (replica index, job or None for loading, deadline)
+        waiting: dict = {}  # object ref -> (replica index, job or None for "loaded yet?", deadline)
+        again: dict[int, tuple[float, float]] = {}  # restarting replica -> (when to ask again, deadline)
         idle: list[int] = []
-        deaths = [0] * len(replicas)
 
-        def send(index: int, job=None) -> None:
+        def send(index: int, job=None, deadline: float | None = None) -> None:
             call = replicas[index].ready.remote() if job is None else replicas[index].run.remote(*job)
-            waiting[call] = (index, job, time.monotonic() + self.timeout_s)
+            waiting[call] = (index, job, deadline or time.monotonic() + self.timeout_s)
 
         for index in range(len(replicas)):
             send(index)
         with store.open_for_append(self.sweep.out_dir) as handle:
             while True:
+                for index, (at, deadline) in list(again.items()):
+                    if at <= time.monotonic():
+                        del again[index]
+                        send(index, deadline=deadline)
                 while idle and queue:
                     send(idle.pop(0), queue.popleft())
-                if not queue and all(job is None for _, job, _ in waiting.values()):
+                if (not queue and all(job is None for _, job, _ in waiting.values())) or stop.is_set():
                     return
-                if stop.is_set():
-                    return
-                if not waiting:
-                    raise ActorLost(f"every benchmark replica died more than {self.max_restarts} times")
+                if not waiting and not again:
+                    raise ActorLost("every benchmark replica died for good (Ray restarted each as often as allowed)")
                 ref = self._next_ready(ray, waiting)
                 if ref is None:
                     continue
-                index, job, _ = waiting.pop(ref)
+                index, job, deadline = waiting.pop(ref)
                 try:
                     value = ray.get(ref)
-                except ray.exceptions.RayActorError:
-                    self.restarts += 1
-                    deaths[index] += 1
-                    if job is not None:
+                except ray.exceptions.RayActorError as exc:
+                    if job is not None:  # at least once: the job runs again, on whichever replica is free first
                         queue.appendleft(job)
-                    if deaths[index] <= self.max_restarts:
-                        send(index)  # Ray restarts it: wait until it has loaded again
+                        self.lost_jobs += 1
+                        deadline = time.monotonic() + self.timeout_s
+                    elif isinstance(exc, ray.exceptions.ActorDiedError):
+                        continue  # Ray gave up on this replica
+                    again[index] = (time.monotonic() + RETRY_S, deadline)  # ask until it has reloaded
                     continue
                 except ray.exceptions.RayError as exc:
                     raise remote_error(exc, _doing(index, job)) from None
@@ -164,6 +167,9 @@ class RayBench:
 
     def _next_ready(self, ray, waiting: dict):
         """The first call to finish, within the earliest deadline; None after POLL_S, to look at the stop flag."""
+        if not waiting:
+            time.sleep(RETRY_S)
+            return None
         index, job, deadline = min(waiting.values(), key=lambda entry: entry[2])
         left = deadline - time.monotonic()
         if left <= 0:

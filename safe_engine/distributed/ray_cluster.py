@@ -7,12 +7,15 @@ its time and an exception raised remotely each become a `SafeEngineError` whose 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import ModelLoadError, SafeEngineError
 
 LOAD_TIMEOUT_S = 1800.0
 """Loading a model in an actor: a first conversion of an embedded model or a hub download takes minutes."""
+RETRY_S = 0.2  # how often a call is sent again to an actor that Ray is restarting
 
 
 class DistributedError(SafeEngineError):
@@ -24,7 +27,12 @@ class RemoteTimeout(DistributedError):
 
 
 class ActorLost(DistributedError):
-    """The actor a run was using died or was restarted since: the run's state there is gone."""
+    """The actor a run was using died or was restarted since: the run's state there is gone.
+    `restarting`: Ray is restarting it now (it refuses calls meanwhile, then takes new ones)."""
+
+    def __init__(self, message: str, restarting: bool = False):
+        super().__init__(message)
+        self.restarting = restarting
 
 
 def require_ray():
@@ -60,7 +68,8 @@ def remote_error(exc: Exception, what: str) -> SafeEngineError:
     """The engine error for a failed remote call: an engine error raised remotely comes back as it was."""
     ray = require_ray()
     if isinstance(exc, ray.exceptions.RayActorError):
-        return ActorLost(f"{what}: its Ray actor died ({_first_line(exc)})")
+        message = f"{what} died mid-call ({_first_line(exc)}); Ray restarts it, the runs using it cannot go on"
+        return ActorLost(message, restarting=isinstance(exc, ray.exceptions.ActorUnavailableError))
     cause = getattr(exc, "cause", None)
     if isinstance(cause, SafeEngineError):
         return cause
@@ -77,6 +86,21 @@ def await_result(ref, timeout_s: float, what: str):
         raise RemoteTimeout(f"{what} gave no answer within {timeout_s:g} s") from None
     except ray.exceptions.RayError as exc:
         raise remote_error(exc, what) from None
+
+
+def await_available(submit: Callable[[], object], timeout_s: float, what: str):
+    """`await_result` of a call that may be sent again: while Ray restarts the actor (it refuses calls
+    meanwhile), it is sent again until the actor is back or `timeout_s` is over."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return await_result(submit(), max(deadline - time.monotonic(), 1e-3), what)
+        except ActorLost as exc:
+            if not exc.restarting:
+                raise
+            if time.monotonic() + RETRY_S > deadline:
+                raise RemoteTimeout(f"{what} was not back from a restart within {timeout_s:g} s") from None
+            time.sleep(RETRY_S)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -23,7 +23,16 @@ from dataclasses import asdict, dataclass, field
 
 from ..models import LoadedModel, LoadOptions, load_model, resolve_spec
 from ..runtime import ForwardStats
-from .ray_cluster import LOAD_TIMEOUT_S, ActorLost, DistributedError, await_result, check_feasible, connect, require_ray
+from .ray_cluster import (
+    LOAD_TIMEOUT_S,
+    ActorLost,
+    DistributedError,
+    await_available,
+    await_result,
+    check_feasible,
+    connect,
+    require_ray,
+)
 from .ray_spec import RayPlacement, parse_ray_spec
 
 MAX_RUNS_AT_ONCE = 16
@@ -112,7 +121,7 @@ class RayModel(LoadedModel):
 
     def pid(self) -> int:
         """The actor's process now (it changes when Ray restarts the actor)."""
-        return await_result(self.actor.pid.remote(), self.placement.timeout_s, self._what)
+        return await_available(self.actor.pid.remote, self.placement.timeout_s, self._what)
 
     def close(self) -> None:
         """End the actor (and every session in it)."""
@@ -136,8 +145,15 @@ class RemoteSession:
         self._finalizer.atexit = False  # Ray may be gone by then, and the actor with it
 
     def next_token_logits(self, ids: Sequence[int], starts: Sequence[int]):
-        ref = self.lm.actor.next_token_logits.remote(self._id, list(ids), list(starts), self._forget, not self._opened)
-        logits, stats = await_result(ref, self.lm.placement.timeout_s, self.lm._what)
+        ids, starts = list(ids), list(starts)
+
+        def submit():
+            return self.lm.actor.next_token_logits.remote(self._id, ids, starts, self._forget, not self._opened)
+
+        if self._opened:  # its state is in the actor: if the actor is lost, so is this run
+            logits, stats = await_result(submit(), self.lm.placement.timeout_s, self.lm._what)
+        else:  # nothing of it is there yet: wait for an actor that Ray is restarting
+            logits, stats = await_available(submit, self.lm.placement.timeout_s, self.lm._what)
         self._opened, self._forget = True, None
         self.stats = ForwardStats(**stats)
         return logits
