@@ -20,7 +20,7 @@ from tiny_models import tiny_model_folder, unigram_tokenizer
 
 from safe_engine import cli
 from safe_engine.bench import Bench, load_task, strategy_labels
-from safe_engine.bench.store import RESULTS, load_results, result_key
+from safe_engine.bench.store import RESULTS, load_results, load_settings, result_key
 from safe_engine.compare import _LOADED, summarize
 from safe_engine.decoding import DecodeConfig, decode
 from safe_engine.errors import ModelLoadError
@@ -265,6 +265,7 @@ def test_a_bench_on_two_replicas_matches_the_single_process_rows_survives_a_kill
     assert cli.main([*ray_argv, "--replicas", "2"]) == 0
     killer.join(timeout=10)
     assert killer.killed and rows_of(out) == local
+    assert load_settings(out) == load_settings(tmp_path / "local")  # one folder resumes with or without --ray
 
     lines = (out / RESULTS).read_bytes().splitlines(keepends=True)
     (out / RESULTS).write_bytes(b"".join(lines[:-4]) + lines[-4][:20])  # a sweep killed mid-write
