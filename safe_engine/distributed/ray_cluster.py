@@ -1,4 +1,5 @@
-"""Joining a Ray cluster and waiting on remote calls, with Ray's failures turned into the engine's errors.
+"""Joining a Ray cluster, the actors' common base (`Replica`), and waiting on remote calls, with Ray's
+failures turned into the engine's errors.
 
 Nothing here waits without a limit: `await_result` takes a timeout, and an actor's death, a call past
 its time and an exception raised remotely each become a `SafeEngineError` whose message says which.
@@ -7,6 +8,7 @@ its time and an exception raised remotely each become a `SafeEngineError` whose 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +35,26 @@ class ActorLost(DistributedError):
     def __init__(self, message: str, restarting: bool = False):
         super().__init__(message)
         self.restarting = restarting
+
+
+class Replica:
+    """An actor's state: `load(*args)` runs in the constructor; its error is raised by every later call."""
+
+    def __init__(self, *args):
+        self._error = None
+        try:
+            self.load(*args)
+        except Exception as exc:  # kept, so the driver gets the load error itself
+            self._error = exc
+
+    def load(self, *args) -> None:
+        raise NotImplementedError
+
+    def ready(self) -> int:
+        """This replica's process id, once it has loaded."""
+        if self._error is not None:
+            raise self._error
+        return os.getpid()
 
 
 def require_ray():

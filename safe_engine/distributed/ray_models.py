@@ -15,7 +15,6 @@ so a run is never continued silently. A new run uses the restarted actor.
 from __future__ import annotations
 
 import functools
-import os
 import uuid
 import weakref
 from collections.abc import Sequence
@@ -27,6 +26,7 @@ from .ray_cluster import (
     LOAD_TIMEOUT_S,
     ActorLost,
     DistributedError,
+    Replica,
     await_available,
     await_result,
     check_feasible,
@@ -52,32 +52,23 @@ class HostedModel:
     int8: bool
 
 
-class ModelHost:
-    """The actor's side: one loaded model and the sessions of the runs that use it."""
+class ModelHost(Replica):
+    """The actor's side: one loaded model and the sessions of the runs that use it (Ray sets its torch
+    threads to its CPUs)."""
 
-    def __init__(self, spec: str, options: LoadOptions, threads: int):
-        import torch
-
-        torch.set_num_threads(threads)
+    def load(self, spec: str, options: LoadOptions) -> None:
         self._sessions: dict[str, object] = {}
-        self._lm, self._error = None, None
-        try:
-            self._lm = load_model(spec, options)
-        except Exception as exc:  # kept for `describe`, so the driver gets the load error itself
-            self._error = exc
-
-    def _model(self) -> LoadedModel:
-        if self._error is not None:
-            raise self._error
-        return self._lm
+        self._lm = load_model(spec, options)
 
     def describe(self) -> HostedModel:
-        lm = self._model()
+        self.ready()
+        lm = self._lm
         return HostedModel(lm.name, lm.tokenizer, lm.model.config, lm.eos_ids, lm.device, lm.dtype, lm.int8)
 
     def next_token_logits(self, session_id: str, ids: list[int], starts: list[int], forget: int | None, first: bool):
         """A session's logits (its stats after the call ride along); `first` opens it."""
-        lm, session = self._model(), self._sessions.get(session_id)
+        self.ready()
+        lm, session = self._lm, self._sessions.get(session_id)
         if session is None:
             if not first:
                 raise ActorLost(f"the Ray actor holding {lm.name} was restarted during this run; start it again")
@@ -93,9 +84,6 @@ class ModelHost:
 
     def open_sessions(self) -> int:
         return len(self._sessions)
-
-    def pid(self) -> int:
-        return os.getpid()
 
 
 class ActorWeights:
@@ -121,7 +109,7 @@ class RayModel(LoadedModel):
 
     def pid(self) -> int:
         """The actor's process now (it changes when Ray restarts the actor)."""
-        return await_available(self.actor.pid.remote, self.placement.timeout_s, self._what)
+        return await_available(self.actor.ready.remote, self.placement.timeout_s, self._what)
 
     def close(self) -> None:
         """End the actor (and every session in it)."""
@@ -195,7 +183,7 @@ def load_ray_model(spec: str, options: LoadOptions = LoadOptions(), progress=Non
             max_task_retries=0,
             max_concurrency=MAX_RUNS_AT_ONCE,
         )
-        .remote(inner, options, placement.threads)
+        .remote(inner, options)
     )
     try:
         hosted = await_result(actor.describe.remote(), LOAD_TIMEOUT_S, f"loading {inner} in {what}")

@@ -1,6 +1,7 @@
 """A pool of Ray replicas that runs jobs as replicas free up, and survives replicas that die.
 
-A replica is an actor that loads once (and again after Ray restarts it) and then runs one job at a time.
+A replica (a `Replica` subclass) is an actor that loads once, and again after Ray restarts it, then runs
+one job at a time.
 A job whose replica dies goes back to the front of the queue and runs again on whichever replica frees
 up first (at least once; a job's result is reported once, since a failed job reports none); a replica
 Ray gave up on (past `max_restarts`) is dropped, and the pool fails only when none is left. A load error,
@@ -9,39 +10,18 @@ a job that raises, and anything taking longer than `timeout_s` end the pool with
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 
 from ..errors import ConfigError
-from .ray_cluster import RETRY_S, ActorLost, RemoteTimeout, check_feasible, connect, remote_error
+from .ray_cluster import RETRY_S, ActorLost, RemoteTimeout, Replica, check_feasible, connect, remote_error
 
 JOB_TIMEOUT_S = 1800.0
 """Loading a replica, or one job: a large model's 512-token chain of thought on a CPU takes minutes, and
 so does a first conversion of an embedded model."""
 POLL_S = 1.0  # how often a waiting driver looks at its stop flag
-
-
-class Replica:
-    """An actor's state: `load(*args)` runs in the constructor; its error is raised by every later call."""
-
-    def __init__(self, *args):
-        self._error = None
-        try:
-            self.load(*args)
-        except Exception as exc:  # kept, so the driver gets the load error itself
-            self._error = exc
-
-    def load(self, *args) -> None:
-        raise NotImplementedError
-
-    def ready(self) -> int:
-        """This replica's process id, once it has loaded."""
-        if self._error is not None:
-            raise self._error
-        return os.getpid()
 
 
 class ReplicaPool:
