@@ -36,8 +36,9 @@ except ImportError:
 
 from safe_engine.distributed.ray_bench import RayBench
 from safe_engine.distributed.ray_cluster import ActorLost, RemoteTimeout
-from safe_engine.distributed.ray_decode import decode_on_replicas
+from safe_engine.distributed.ray_decode import DecodeReplica, decode_on_replicas
 from safe_engine.distributed.ray_models import RayModel
+from safe_engine.distributed.ray_pool import ReplicaPool
 from safe_engine.distributed.ray_spec import RayPlacement
 
 pytestmark = pytest.mark.ray
@@ -149,7 +150,7 @@ def rows_of(out: Path) -> dict:
     return {result_key(r): r["prediction"] for r in rows}
 
 
-def busy_replicas() -> list[int]:
+def busy_replicas(kind: str = "BenchReplica") -> list[int]:
     """Pids of replica processes running a job now (Ray titles them by the method they run)."""
     pids = []
     for entry in Path("/proc").iterdir():
@@ -157,7 +158,7 @@ def busy_replicas() -> list[int]:
             title = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if entry.name.isdigit() and title.startswith(b"ray::BenchReplica.run"):
+        if entry.name.isdigit() and title.startswith(f"ray::{kind}.run".encode()):
             pids.append(int(entry.name))
     return pids
 
@@ -165,14 +166,14 @@ def busy_replicas() -> list[int]:
 class ReplicaKiller(threading.Thread):
     """Kills (SIGKILL, by pid) a replica that is running a job once `out` holds `rows` rows."""
 
-    def __init__(self, out: Path, rows: int):
+    def __init__(self, out: Path | None, rows: int = 0, kind: str = "BenchReplica"):
         super().__init__(daemon=True)
-        self.out, self.rows, self.killed = out, rows, []
+        self.out, self.rows, self.kind, self.killed = out, rows, kind, []
 
     def run(self):
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
-            pids = busy_replicas() if len(load_results(self.out)) >= self.rows else []
+            pids = busy_replicas(self.kind) if not self.rows or len(load_results(self.out)) >= self.rows else []
             if pids:
                 os.kill(pids[0], signal.SIGKILL)
                 self.killed.append(pids[0])
@@ -226,6 +227,16 @@ def test_prompts_decoded_on_replicas_come_back_in_order_as_local_runs(folders, l
     prompts, config = [PROMPT, "the capital of", PROMPT], replace(CONFIG, strategy="safe")
     remote = decode_on_replicas(folders, LoadOptions(), prompts, config, cpus=0.5)
     assert [r["text"] for r in remote] == [committed(decode(local_pair, p, config))[1]["text"] for p in prompts]
+
+
+def test_a_pool_whose_only_replica_dies_for_good_fails_instead_of_waiting(folders):
+    pool = ReplicaPool(DecodeReplica, (folders, LoadOptions()), cpus=0.5, max_restarts=0)
+    killer = ReplicaKiller(None, kind="DecodeReplica")
+    killer.start()
+    with pytest.raises(ActorLost, match="every replica died for good"):
+        list(pool.map([(i, PROMPT, CONFIG) for i in range(50)]))
+    killer.join(timeout=10)
+    assert killer.killed and pool.lost_jobs == 1
 
 
 # ---------------------------------------------------------------- the embedded pair, through the CLI

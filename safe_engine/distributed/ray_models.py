@@ -96,8 +96,10 @@ class ActorWeights:
         raise DistributedError(f"{self.name} runs in a Ray actor: use its sessions (open_session), not its weights")
 
 
-@dataclass(eq=False)
+@dataclass
 class RayModel(LoadedModel):
+    """A model whose weights and sessions live in a Ray actor; everything else is here."""
+
     actor: object = None
     placement: RayPlacement = field(default_factory=RayPlacement)
 

@@ -1,11 +1,11 @@
 """A pool of Ray replicas that runs jobs as replicas free up, and survives replicas that die.
 
 A replica (a `Replica` subclass) is an actor that loads once, and again after Ray restarts it, then runs
-one job at a time.
-A job whose replica dies goes back to the front of the queue and runs again on whichever replica frees
-up first (at least once; a job's result is reported once, since a failed job reports none); a replica
-Ray gave up on (past `max_restarts`) is dropped, and the pool fails only when none is left. A load error,
-a job that raises, and anything taking longer than `timeout_s` end the pool with an error saying which.
+one job at a time. A job whose replica dies goes back to the front of the queue and runs again on
+whichever replica frees up first (at least once; its result is reported once, since a failed job reports
+none); a replica Ray gave up on (past `max_restarts`) is dropped, and the pool fails only when none is
+left. A load error, a job that raises, and anything taking longer than `timeout_s` end the pool with an
+error saying which.
 """
 
 from __future__ import annotations
@@ -42,7 +42,6 @@ class ReplicaPool:
             raise ConfigError("work on Ray needs at least one replica")
         self.replica, self.args, self.replicas, self.cpus, self.gpus = replica, args, replicas, cpus, gpus
         self.address, self.timeout_s, self.max_restarts = address, timeout_s, max_restarts
-        self.pids: dict[int, int] = {}  # replica index -> its process now (it changes on a restart)
         self.lost_jobs = 0  # jobs sent back to the queue because their replica died
 
     def map(self, jobs: Iterable[tuple], stop: threading.Event | None = None) -> Iterator[tuple[tuple, object]]:
@@ -101,9 +100,7 @@ class ReplicaPool:
                 continue
             except ray.exceptions.RayError as exc:
                 raise remote_error(exc, _doing(index, job)) from None
-            if job is None:
-                self.pids[index] = value
-            else:
+            if job is not None:
                 yield job, value
             idle.append(index)
 
