@@ -17,7 +17,7 @@ from .decoding import PER_TOKEN_COMMITS, SAFE_MODES, STRATEGIES, DecodeConfig, d
 from .ensemble import METHODS, SHARPENING, EnsembleConfig
 from .errors import SafeEngineError
 from .events import TextCommitted, write_jsonl
-from .models import DEFAULT_MODELS, LoadOptions, resolve_spec
+from .models import DEFAULT_MODELS, RAY_PREFIX, LoadOptions, resolve_spec
 from .tokdiff import corpus_scan, load_vocabs, pair_view, visible, word_agreement
 
 DEFAULTS, ENSEMBLE = DecodeConfig(), EnsembleConfig()
@@ -117,6 +117,8 @@ def _decoding_options(parser: argparse.ArgumentParser, with_strategy: bool, one_
     parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16"])
     parser.add_argument("--trust-remote-code", action="store_true", help="allow model code from the model folder")
     parser.add_argument("--no-chat-template", action="store_true", help="plain-text prompts for every model")
+    parser.add_argument("--placement", choices=["local", "ray"], default="local", help="ray: each model in a Ray actor")
+    parser.add_argument("--ray-address", metavar="ADDR", help="an existing Ray cluster (default: start a local one)")
     if one_prompt:
         parser.add_argument(
             "--force",
@@ -165,6 +167,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="writes results.jsonl, summary.csv, report.html; rerunning resumes",
     )
     _decoding_options(bench, with_strategy=False, one_prompt=False)
+    bench.add_argument("--ray", action="store_true", help="run the items on Ray replicas of the model set")
+    bench.add_argument("--replicas", type=int, default=1, metavar="N", help="with --ray: copies of the model set")
+    bench.add_argument("--replica-cpus", type=float, default=1.0, metavar="C", help="with --ray: CPUs per replica")
+    bench.add_argument("--replica-gpus", type=float, default=0.0, metavar="G", help="with --ray: GPUs per replica")
     tok = sub.add_parser("tokdiff", help="where the models' tokenizers disagree on a text (no weights loaded)")
     source = tok.add_mutually_exclusive_group(required=True)
     source.add_argument("--text", help="the text to compare")
@@ -232,8 +238,18 @@ def load_options(args) -> LoadOptions:
     )
 
 
+def model_specs(args) -> list[str]:
+    """--models, each in a Ray actor with --placement ray."""
+    on_ray = args.placement == "ray"
+    return [RAY_PREFIX + spec if on_ray and not spec.startswith(RAY_PREFIX) else spec for spec in args.models]
+
+
 def _load(args):
-    return load_models(args.models, load_options(args), _progress)
+    if args.ray_address:
+        from .distributed.ray_cluster import connect  # needs Ray, an optional dependency
+
+        connect(args.ray_address)
+    return load_models(model_specs(args), load_options(args), _progress)
 
 
 def _generate(args) -> int:
@@ -303,7 +319,14 @@ def _bench(args) -> int:
     names = [task[0].task for task in tasks]
     if len(set(names)) < len(names):
         raise UsageError(f"two task files share a name: {', '.join(names)}")
-    bench = Bench(_load(args), [e for task in tasks for e in task], config, labels, args.out, args.style)
+    examples = [e for task in tasks for e in task]
+    if args.ray:
+        from .distributed.ray_bench import RayBench  # needs Ray, an optional dependency
+
+        ray = dict(replicas=args.replicas, cpus=args.replica_cpus, gpus=args.replica_gpus, address=args.ray_address)
+        bench = RayBench(model_specs(args), load_options(args), examples, config, labels, args.out, args.style, **ray)
+    else:
+        bench = Bench(_load(args), examples, config, labels, args.out, args.style)
     if bench.done:
         _progress(f"resuming {args.out}: {bench.done} of {bench.total} runs already done")
     try:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import closing
 from dataclasses import replace
 
 from .decoding import DecodeConfig, decode
 from .events import Event, RunFinished, RunStarted
 from .models import LoadedModel, LoadOptions, load_model
-from .runtime import ModelSession
 
 _LOADED: dict[tuple[str, LoadOptions], LoadedModel] = {}  # the process's one model cache (CLI, app, benchmarks)
 _LOADING = threading.Lock()  # the app loads from request threads; one load at a time, never one model twice
@@ -40,7 +40,7 @@ def warm_up(models: Sequence[LoadedModel], config: DecodeConfig | None = None) -
     comparison plan (tokenizers' first calls, GaC's vocabulary union)."""
     for lm in models:
         _ = lm.vocab.id_of_bytes
-        with ModelSession(lm) as session:
+        with closing(lm.open_session()) as session:
             session.next_token_logits(lm.encode_prompt(WARM_UP_PROMPT), [1])
     if config is not None and len(models) > 1:
         for _, run_models, run_config in comparison_plan(models, config):

@@ -135,7 +135,7 @@ class DamageMeter:
     def _kl(self, drafter: Participant, response_ids: Sequence[int], canonical_ids: list[int]) -> float:
         """KL between the drafter's next-token distribution after the canonical ids and after its own."""
         if self._canonical is None:
-            self._canonical = ModelSession(drafter.lm)
+            self._canonical = drafter.lm.open_session()
         with self.stats.timed("damage"):
             ids = drafter.prompt_ids + canonical_ids
             reference = self._canonical.next_token_logits(ids, [len(ids)])[0]

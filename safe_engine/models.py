@@ -19,6 +19,7 @@ from .errors import ModelLoadError, ModelSpecError
 DEFAULT_MODELS = ("embedded:gemma-3-270m", "embedded:smollm2-135m-instruct")
 """Gemma drafts (the stronger copier, and its 262k-row head is costly as a verifier); SmolLM2 verifies."""
 
+RAY_PREFIX = "ray:"
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
@@ -44,6 +45,10 @@ def resolve_spec(spec: str) -> ResolvedSpec:
     spec = (spec or "").strip()
     if not spec:
         raise ModelSpecError("empty model spec")
+    if spec.startswith(RAY_PREFIX):  # a model held by a Ray actor: parsed without Ray itself
+        from .distributed.ray_spec import resolve_ray_spec
+
+        return resolve_ray_spec(spec)
     if spec.startswith("embedded:"):
         name = spec.split(":", 1)[1]
         if name not in EMBEDDED:
@@ -135,6 +140,12 @@ class LoadedModel:
     def has_chat_template(self) -> bool:
         return bool(getattr(self.tokenizer, "chat_template", None))
 
+    def open_session(self):
+        """A fresh decoding state for one run; a model held elsewhere (a Ray actor) returns a proxy."""
+        from .runtime import ModelSession
+
+        return ModelSession(self)
+
     def format_prompt(self, prompt: str) -> str:
         """The prompt as this model sees it: its chat template when it has one and it is enabled."""
         if self.use_chat_template and self.has_chat_template:
@@ -195,6 +206,10 @@ def load_tokenizer(spec: str, options: LoadOptions = LoadOptions(), progress: Pr
 
 
 def load_model(spec: str, options: LoadOptions = LoadOptions(), progress: Progress | None = None) -> LoadedModel:
+    if spec.strip().startswith(RAY_PREFIX):
+        from .distributed.ray_models import load_ray_model  # needs Ray, an optional dependency
+
+        return load_ray_model(spec, options, progress)
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 

@@ -38,7 +38,6 @@ from .models import LoadedModel
 from .participant import Participant, unique_names
 from .piece import Piece
 from .reasons import Decision, StopReason
-from .runtime import ModelSession
 from .sampling import Sampler, fresh_seed
 from .spelling import choose
 from .stats import RunStats
@@ -138,7 +137,11 @@ class Run:
             order = order[:1]
         self.parts = [
             Participant(
-                names[i], models[i], ModelSession(models[i]), models[i].encode_prompt(prompt), weights[i] / sum(weights)
+                names[i],
+                models[i],
+                models[i].open_session(),
+                models[i].encode_prompt(prompt),
+                weights[i] / sum(weights),
             )
             for i in order
         ]

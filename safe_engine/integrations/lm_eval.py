@@ -37,7 +37,7 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from tqdm import tqdm
 
-from ..cli import load_options
+from ..cli import load_options, model_specs
 from ..compare import load_models
 from ..config import DecodeConfig
 from ..errors import ConfigError, ModelLoadError
@@ -75,7 +75,7 @@ class SafeEnsembleLM(LM):
         if int(concurrency) < 1:
             raise ConfigError("concurrency must be at least 1")
         self.concurrency = int(concurrency)
-        self.templated = load_models(self.args.models, load_options(self.args), _progress)
+        self.templated = load_models(model_specs(self.args), load_options(self.args), _progress)
         for lm in self.templated:
             _ = lm.vocab.id_of_bytes  # build the byte tables once, before threads (and the plain views) share them
         self.untemplated = [plain(lm) for lm in self.templated]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..cli import decoding_config, decoding_parser, load_options
+from ..cli import decoding_config, decoding_parser, load_options, model_specs
 from ..compare import load_models, warm_up
 from .app import Settings, create_app
 
@@ -20,7 +20,7 @@ def serve(args, progress: Callable[[str], None]) -> int:
 
     options = decoding_options(args)
     decoding_config(type(args)(**options, strategy=args.strategy))  # bad options fail before loading
-    models = load_models(args.models, load_options(args), progress)
+    models = load_models(model_specs(args), load_options(args), progress)
     warm_up(models)
     settings = Settings(options, args.strategy, args.api_key, args.concurrency, args.queue)
     app = create_app(models, settings)
