@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from tqdm import tqdm
 
-from .bench import DEFAULT_STRATEGIES, STYLES, Bench, builtin_tasks, load_task, strategy_labels
+from .bench import DEFAULT_BATCH_SIZE, DEFAULT_STRATEGIES, STYLES, Bench, builtin_tasks, load_task, strategy_labels
 from .compare import load_models, ratios, rows_per_pass, run_comparison, run_together, summarize, warm_up
 from .decoding import PER_TOKEN_COMMITS, SAFE_MODES, STRATEGIES, DecodeConfig, decode
 from .ensemble import METHODS, SHARPENING, EnsembleConfig
@@ -176,6 +176,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="writes results.jsonl, summary.csv, report.html; rerunning resumes",
     )
+    bench.add_argument(
+        "--batch-size",
+        type=int,
+        metavar="N",
+        help=f"(example, strategy) runs at once, sharing forward passes (default {DEFAULT_BATCH_SIZE}; 1: one after "
+        "the other, as before; not with --ray). Wall times then include the other runs' work",
+    )
     _decoding_options(bench, with_strategy=False, one_prompt=False)
     bench.add_argument("--ray", action="store_true", help="run the items on Ray replicas of the model set")
     bench.add_argument("--replicas", type=int, default=1, metavar="N", help="with --ray: copies of the model set")
@@ -330,6 +337,8 @@ def _bench(args) -> int:
 
     if args.limit is not None and args.limit < 1:
         raise UsageError("--limit must be at least 1")
+    if args.batch_size is not None and (args.batch_size < 1 or args.ray and args.batch_size > 1):
+        raise UsageError("--batch-size must be at least 1 (and 1 with --ray, whose replicas run one job each)")
     requested = [name.strip() for name in args.strategies.split(",") if name.strip()]
     config = _config(args, "safe" if {"per-token", "safe"} & set(requested) else "single")
     labels = strategy_labels(requested, [resolve_spec(spec).short_name for spec in args.models], config.drafter)
@@ -344,7 +353,8 @@ def _bench(args) -> int:
         ray = dict(replicas=args.replicas, cpus=args.replica_cpus, gpus=args.replica_gpus, address=args.ray_address)
         bench = RayBench(model_specs(args), load_options(args), examples, config, labels, args.out, args.style, **ray)
     else:
-        bench = Bench(_load(args), examples, config, labels, args.out, args.style)
+        batch = DEFAULT_BATCH_SIZE if args.batch_size is None else args.batch_size
+        bench = Bench(_load(args), examples, config, labels, args.out, args.style, batch)
     if bench.done:
         _progress(f"resuming {args.out}: {bench.done} of {bench.total} runs already done")
     try:
