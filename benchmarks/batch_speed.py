@@ -1,7 +1,10 @@
-"""Many runs at once: aggregate tokens/s at batch sizes 1, 2, 4, 8, outputs against batch 1, memory.
+"""Many runs at once: aggregate tokens/s at batch sizes 1, 2, 4, 8, outputs against batch 1, memory; the app
+under concurrent clients; the 40-item bench at --batch-size 8 against 1.
 
-    python benchmarks/batch_speed.py [--max-new-tokens 32] [--sizes 1,2,4,8] [--strategies single,per-token,safe]
-                                     [--prompts 20] [--out out/batch_speed.json]
+    python benchmarks/batch_speed.py [--sections engine,app,bench] [--out out/batch_speed.json]
+        engine: [--max-new-tokens 32] [--sizes 1,2,4,8] [--strategies single,per-token,safe] [--prompts 20]
+        app:    [--clients 1,4,8] [--app-tokens 24]
+        bench:  [--bench-sizes 1,8] [--bench-strategies safe] [--bench-limit 10] [--bench-tokens 24]
 
 For each strategy (defaults otherwise; damage KL off) the speed prompts of `safe_speed.py` run through
 `decode_many` with at most B runs decoding at a time; aggregate tokens/s is every run's tokens over
@@ -10,6 +13,12 @@ commits the same ids. For every run that differs, the first differing committed 
 run decided it, and the drafter's top-2 logit gap there (alone, recomputed): a near-tie is a gap
 below 1e-3 on a drafted token; an ensembled token is decided by the ensemble, whose table shows its
 own margin. Memory: the peak bytes of the KV slots, and the process's peak RSS.
+
+app: `python app.py` on a free local port; C clients (gradio_client, one session each) call `/generate` at
+once, each with its own speed prompt, SAFE at the form's defaults, `--app-tokens` tokens; p50 and max time
+to finish against one client alone. bench: the README's 40 items (four shipped sets, `--bench-limit` each)
+run by `Bench` at each `--bench-sizes` batch size into a fresh folder; wall time against batch 1, and how
+many rows equal batch 1's.
 """
 
 from __future__ import annotations
@@ -17,18 +26,26 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import socket
+import statistics
+import subprocess
 import sys
+import tempfile
 import threading
 import time
-from dataclasses import replace
+import urllib.request
+from dataclasses import astuple, replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from safe_speed import HARD, KEPT  # noqa: E402
 
+from components.settings import RunSettings  # noqa: E402
 from safe_engine import DecodeRequest, decode_many  # noqa: E402
+from safe_engine.bench import Bench, load_results, load_task  # noqa: E402
 from safe_engine.compare import load_models, warm_up  # noqa: E402
 from safe_engine.decoding import DecodeConfig  # noqa: E402
 from safe_engine.events import RunFinished, TextCommitted  # noqa: E402
@@ -92,18 +109,10 @@ def first_difference(models, prompt: str, alone, batched) -> dict:
     return {"prompt": prompt, "token": index, "decision_alone": decision, "drafter_top2_gap": top[0] - top[1]}
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--max-new-tokens", type=int, default=32)
-    parser.add_argument("--sizes", default="1,2,4,8")
-    parser.add_argument("--strategies", default="single,per-token,safe")
-    parser.add_argument("--prompts", type=int, default=len(KEPT + HARD), help="the first N speed prompts")
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args(argv)
+def engine_section(args, models) -> dict:
     sizes = [int(s) for s in args.sizes.split(",")]
     assert sizes[0] == 1, "batch 1 is the reference"
     prompts = (KEPT + HARD)[: args.prompts]
-    models = load_models(list(DEFAULT_MODELS), LoadOptions(device="cpu"))
     base = DecodeConfig(max_new_tokens=args.max_new_tokens, damage_kl_steps=0)
     warm_up(models, base)
     report = {"prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "strategies": {}}
@@ -129,6 +138,132 @@ def main(argv=None) -> int:
                 flush=True,
             )
         report["strategies"][strategy] = rows
+    return report
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _serve_app(port: int) -> subprocess.Popen:
+    app = subprocess.Popen(
+        [sys.executable, "app.py", "--port", str(port)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/gradio_api/info", timeout=2)
+            return app
+        except OSError:
+            if app.poll() is not None:
+                break
+            time.sleep(1)
+    app.kill()
+    raise RuntimeError("the app did not start")
+
+
+def clients_at_once(url: str, count: int, prompts, settings) -> list[float]:
+    """Seconds each of `count` clients (a session each, connected first) took to finish its /generate call."""
+    from gradio_client import Client
+
+    clients = [Client(url, verbose=False) for _ in range(count)]
+    times = [0.0] * count
+    started = time.perf_counter()
+
+    def call(i):
+        clients[i].predict(prompts[i % len(prompts)], *settings, api_name="/generate")
+        times[i] = time.perf_counter() - started
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return times
+
+
+def app_section(args) -> dict:
+    """Time to finish of C clients calling /generate at once, for each C, against one client alone."""
+    from gradio_client import Client
+
+    prompts = KEPT + HARD
+    settings = astuple(RunSettings.defaults(list(DEFAULT_MODELS), "safe", args.app_tokens))
+    port = _free_port()
+    app = _serve_app(port)
+    try:
+        url = f"http://127.0.0.1:{port}/"
+        Client(url, verbose=False).predict(prompts[0], *settings, api_name="/generate")  # loads, warms the models
+        report = {"tokens": args.app_tokens, "clients": {}}
+        for count in [int(c) for c in args.clients.split(",")]:
+            times = clients_at_once(url, count, prompts, settings)
+            row = {"p50_s": statistics.median(times), "max_s": max(times)}
+            alone = report["clients"].get(1, row)["p50_s"]
+            row |= {"p50_vs_alone": row["p50_s"] / alone, "max_vs_alone": row["max_s"] / alone}
+            report["clients"][count] = row
+            print(
+                f"app, {count} clients: p50 {row['p50_s']:.1f} s, max {row['max_s']:.1f} s "
+                f"({row['max_vs_alone']:.2f}x one client alone)",
+                flush=True,
+            )
+        return report
+    finally:
+        app.terminate()
+        app.wait(timeout=30)
+
+
+BENCH_TASKS = ("facts", "arithmetic", "copying", "completion")  # the README's 40-item benchmark at --limit 10
+
+
+def bench_section(args, models) -> dict:
+    """The bench's wall time over the same items at each batch size, in fresh folders; rows against batch 1."""
+    examples = [e for name in BENCH_TASKS for e in load_task(name, args.bench_limit)]
+    config = DecodeConfig(strategy="safe", max_new_tokens=args.bench_tokens)
+    labels = [f"single:{models[0].name}" if s == "single" else s for s in args.bench_strategies.split(",")]
+    report, reference = {"items": len(examples), "strategies": labels, "sizes": {}}, None
+    for size in [int(s) for s in args.bench_sizes.split(",")]:
+        with tempfile.TemporaryDirectory() as out:
+            bench = Bench(models, examples, config, labels, out, batch_size=size)
+            bench.runner.warm_up()
+            started = time.perf_counter()
+            for _ in bench.run():
+                pass
+            wall = time.perf_counter() - started
+            rows = {(r["task"], r["id"], r["strategy"]): r["prediction"] for r in load_results(out)}
+        reference = reference or rows
+        same = sum(rows[key] == reference[key] for key in reference) / len(reference)
+        first = next(iter(report["sizes"].values()), {"wall_s": wall})["wall_s"]
+        report["sizes"][size] = {"wall_s": wall, "vs_first": wall / first, "rows_identical": same}
+        print(f"bench, {len(examples)} items, batch {size}: {wall:.1f} s ({wall / first:.2f}x), rows same {same:.0%}")
+    return report
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sections", default="engine,app,bench", help="which parts to run, comma-separated")
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--sizes", default="1,2,4,8")
+    parser.add_argument("--strategies", default="single,per-token,safe")
+    parser.add_argument("--prompts", type=int, default=len(KEPT + HARD), help="the first N speed prompts")
+    parser.add_argument("--clients", default="1,4,8", help="app: concurrent clients (1 first: the reference)")
+    parser.add_argument("--app-tokens", type=int, default=24)
+    parser.add_argument("--bench-sizes", default="1,8", help="bench: batch sizes (the first is the reference)")
+    parser.add_argument("--bench-strategies", default="safe")
+    parser.add_argument("--bench-limit", type=int, default=10, help="bench: items of each of the four sets")
+    parser.add_argument("--bench-tokens", type=int, default=24)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    sections = set(args.sections.split(","))
+    report = {}
+    if sections & {"engine", "bench"}:
+        models = load_models(list(DEFAULT_MODELS), LoadOptions(device="cpu"))
+    if "engine" in sections:
+        report |= engine_section(args, models)
+    if "app" in sections:
+        report["app"] = app_section(args)
+    if "bench" in sections:
+        report["bench"] = bench_section(args, models)
     report["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     text = json.dumps(report, indent=2)
     if args.out:

@@ -9,7 +9,7 @@ from safe_engine.ensemble import METHODS, SHARPENING
 
 from . import settings
 from .panel import RunPanel
-from .runner import MODELS_QUEUE, Runner
+from .runner import MODELS_QUEUE, Runner, sharing_html
 from .transcript import status_html
 from .view import RunView, save_trace
 from .whatif import Origin, WhatIf
@@ -111,6 +111,7 @@ class LiveTab:
                     )
                 with gr.Column(scale=3):
                     self.status = gr.HTML(status_html(READY), elem_id="live-status")
+                    self.sharing = gr.HTML("", elem_id="live-sharing")
                     self.whatif = WhatIf(runner)
                     self.panel = RunPanel("live", below_details=self.whatif.controls)
                     self.whatif.section()
@@ -139,7 +140,7 @@ class LiveTab:
         run.click(
             self.run,
             [self.prompt, *self.form.inputs],
-            [self.status, self.download, *self.panel.outputs, *self.whatif.reset_outputs],
+            [self.status, self.sharing, self.download, *self.panel.outputs, *self.whatif.reset_outputs],
             api_name="generate",
             **MODELS_QUEUE,
         )
@@ -147,9 +148,10 @@ class LiveTab:
         self.whatif.wire(self.panel)
 
     def run(self, request: gr.Request, prompt: str, *values):
-        view = RunView()
+        view, loaded = RunView(), []
 
         def start(models, config: DecodeConfig, flag):
+            loaded[:] = models
             events = decode(models, prompt, config, flag)
             origin = Origin(prompt, tuple(m.spec.spec for m in models), config)
             names = ", ".join(m.name for m in models)
@@ -162,7 +164,7 @@ class LiveTab:
         def step(event, pace) -> dict | None:
             view.add(event.to_dict())
             if event.kind == "text_committed" and pace.frame():
-                return self.panel.show(view, with_charts=pace.charts())
+                return {self.sharing: sharing_html(loaded)} | self.panel.show(view, with_charts=pace.charts())
             return None
 
         def finish(broke_off: str | None, _stopped: bool) -> dict:
@@ -172,7 +174,11 @@ class LiveTab:
                 outcome = status_html(f"The run broke off: {broke_off}. The transcript so far is kept.", "error")
             trace = save_trace(view.events, f"{view.label}-trace")
             return (
-                {self.status: outcome, self.download: gr.DownloadButton(value=trace, interactive=True)}
+                {
+                    self.status: outcome,
+                    self.sharing: sharing_html(loaded),
+                    self.download: gr.DownloadButton(value=trace, interactive=True),
+                }
                 | self.panel.show(view)
                 | self.whatif.offer(view, view.pinned)
             )

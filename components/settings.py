@@ -43,6 +43,31 @@ class RunSettings:
     top_p: float
     seed: float | None
 
+    @staticmethod
+    def defaults(specs: Sequence[str], strategy: str = "safe", max_new_tokens: int = 48) -> RunSettings:
+        """The form as it opens (the engine's defaults) for these models: what a `generate` API client sends,
+        as `astuple(...)` after the prompt."""
+        c = DecodeConfig()
+        e = c.ensemble
+        return RunSettings(
+            models_text="\n".join(specs),
+            drafter=specs[0],
+            strategy=strategy,
+            max_new_tokens=max_new_tokens,
+            lookahead=c.lookahead,
+            top_k=e.top_k,
+            sharpen=e.sharpen,
+            sharpen_lambda=e.sharpen_lambda,
+            method=e.method,
+            safe_mode=c.safe_mode,
+            draft_gate=c.draft_gate,
+            per_token_commit=c.per_token_commit,
+            gate="auto",
+            temperature=c.temperature,
+            top_p=c.top_p,
+            seed=None,
+        )
+
 
 FIELDS = tuple(f.name for f in fields(RunSettings))
 

@@ -47,12 +47,20 @@ class Scheduler:
         self._devices: dict[str, threading.Lock] = {}
         self.freed: dict[str, float] = {}  # device -> when its last pass ended
         self._executors: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self.runs: weakref.WeakSet[ActiveRun] = weakref.WeakSet()  # runs that opened a session
 
     def executor(self, lm) -> ModelExecutor:
         with self.changed:
             if lm.model not in self._executors:
                 self._executors[lm.model] = ModelExecutor(self, lm)
             return self._executors[lm.model]
+
+    def runs_on(self, models) -> int:
+        """How many runs hold an open session on any of these loaded models right now: the runs sharing
+        their passes (a run using two of them, or one twice, counts once)."""
+        with self.changed:
+            executors = [self._executors[lm.model] for lm in models if lm.model in self._executors]
+            return sum(any(run.holds(e) for e in executors) for run in list(self.runs))
 
     @contextmanager
     def device(self, device: str) -> Iterator[None]:
@@ -280,6 +288,7 @@ class ActiveRun:
     def attach(self, session) -> None:
         with self.scheduler.changed:
             self.sessions.add(session)
+            self.scheduler.runs.add(self)
 
     def detach(self, session) -> None:
         with self.scheduler.changed:

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 
 from tqdm import tqdm
 
-from .bench import DEFAULT_STRATEGIES, STYLES, Bench, builtin_tasks, load_task, strategy_labels
-from .compare import load_models, ratios, run_comparison, summarize, warm_up
+from .bench import DEFAULT_BATCH_SIZE, DEFAULT_STRATEGIES, STYLES, Bench, builtin_tasks, load_task, strategy_labels
+from .compare import load_models, ratios, rows_per_pass, run_comparison, run_together, summarize, warm_up
 from .decoding import PER_TOKEN_COMMITS, SAFE_MODES, STRATEGIES, DecodeConfig, decode
 from .ensemble import METHODS, SHARPENING, EnsembleConfig
 from .errors import SafeEngineError
@@ -25,6 +25,10 @@ SAFE_MODE_HELP = (
     "exact: the paper's loop, one ensemble per round and the rest of the draft dropped; fast: keep scanning "
     "a draft the ensemble confirmed (later positions see less lookahead text, so outputs can differ; the "
     "README has the measured speed and differences)"
+)
+SHARED_TIMES = (
+    "Ran together (--together): the runs shared forward passes, so each wall time includes the other runs' work "
+    "and the ratios below are not each strategy's own cost (run without --together for that). Runs per pass: "
 )
 PER_TOKEN_COMMIT_HELP = (
     "first-subtoken: the drafter appends only its first sub-token of the ensemble's string, as UniTE "
@@ -140,6 +144,12 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_ = sub.add_parser("compare", help="each single model, per-token and SAFE on one prompt")
     _decoding_options(cmp_, with_strategy=False)
     cmp_.add_argument("--trace", metavar="FILE.jsonl", help="write every run's events, one after the other")
+    cmp_.add_argument(
+        "--together",
+        action="store_true",
+        help="run the strategies at once, sharing forward passes (faster in all; each wall time then includes "
+        "the other runs' work). Default: one after the other, each timed alone",
+    )
     bench = sub.add_parser("bench", help="accuracy, E/T and speed of each strategy on task files")
     bench.add_argument(
         "--tasks",
@@ -165,6 +175,13 @@ def build_parser() -> argparse.ArgumentParser:
         default="out/bench",
         metavar="DIR",
         help="writes results.jsonl, summary.csv, report.html; rerunning resumes",
+    )
+    bench.add_argument(
+        "--batch-size",
+        type=int,
+        metavar="N",
+        help=f"(example, strategy) runs at once, sharing forward passes (default {DEFAULT_BATCH_SIZE}; 1: one after "
+        "the other, as before; not with --ray). Wall times then include the other runs' work",
     )
     _decoding_options(bench, with_strategy=False, one_prompt=False)
     bench.add_argument("--ray", action="store_true", help="run the items on Ray replicas of the model set")
@@ -291,18 +308,26 @@ def _compare(args) -> int:
     runs: dict[str, list] = {}
     with contextlib.ExitStack() as stack:
         trace = stack.enter_context(open(args.trace, "w", encoding="utf-8")) if args.trace else None
-        for label, event in run_comparison(models, args.prompt, config):
+        for label, event in (run_together if args.together else run_comparison)(models, args.prompt, config):
             runs.setdefault(label, []).append(event)
             if trace:
                 trace.write(event.to_json() + "\n")
     summaries = [summarize(events, label) for label, events in runs.items()]
     drafter = summaries[-1]["drafter"]
     ratio = ratios(summaries, drafter)
+    shared = {s["label"]: rows_per_pass(s) for s in summaries}
     if args.json:
-        print(json.dumps({"runs": summaries, "ratios": ratio}, ensure_ascii=False))
+        print(
+            json.dumps(
+                {"runs": summaries, "ratios": ratio, "together": args.together, "rows_per_pass": shared},
+                ensure_ascii=False,
+            )
+        )
         return 0
     for s in summaries:
         print(f"== {s['label']}\n{s['text'].strip()}\n{_summary_line(s)}\n")
+    if args.together:
+        print(SHARED_TIMES + ", ".join(f"{k} {v:.1f}" for k, v in shared.items()))
     print("wall time / drafter alone: " + ", ".join(f"{k} {v:.2f}x" for k, v in ratio.items()))
     return 0
 
@@ -312,6 +337,8 @@ def _bench(args) -> int:
 
     if args.limit is not None and args.limit < 1:
         raise UsageError("--limit must be at least 1")
+    if args.batch_size is not None and (args.batch_size < 1 or args.ray and args.batch_size > 1):
+        raise UsageError("--batch-size must be at least 1 (and 1 with --ray, whose replicas run one job each)")
     requested = [name.strip() for name in args.strategies.split(",") if name.strip()]
     config = _config(args, "safe" if {"per-token", "safe"} & set(requested) else "single")
     labels = strategy_labels(requested, [resolve_spec(spec).short_name for spec in args.models], config.drafter)
@@ -326,7 +353,8 @@ def _bench(args) -> int:
         ray = dict(replicas=args.replicas, cpus=args.replica_cpus, gpus=args.replica_gpus, address=args.ray_address)
         bench = RayBench(model_specs(args), load_options(args), examples, config, labels, args.out, args.style, **ray)
     else:
-        bench = Bench(_load(args), examples, config, labels, args.out, args.style)
+        batch = DEFAULT_BATCH_SIZE if args.batch_size is None else args.batch_size
+        bench = Bench(_load(args), examples, config, labels, args.out, args.style, batch)
     if bench.done:
         _progress(f"resuming {args.out}: {bench.done} of {bench.total} runs already done")
     try:

@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from .decoding import DecodeConfig, decode
 from .events import Event, RunFinished, RunStarted
+from .many_runs import DecodeRequest, decode_many
 from .models import LoadedModel, LoadOptions, load_model
 
 _LOADED: dict[tuple[str, LoadOptions], LoadedModel] = {}  # the process's one model cache (CLI, app, benchmarks)
@@ -102,6 +103,23 @@ def run_comparison(
     for label, run_models, run_config in comparison_plan(models, config):
         for event in decode(run_models, prompt, run_config, cancel):
             yield label, event
+
+
+def run_together(models: Sequence[LoadedModel], prompt: str, config: DecodeConfig) -> Iterator[tuple[str, Event]]:
+    """The same runs as `run_comparison`, all at once (their forward passes shared through the batching
+    executor), then yielded run by run in plan order. Each run's wall time then includes the others' work."""
+    plan = comparison_plan(models, config)
+    requests = [DecodeRequest(prompt, run_config, run_models) for _, run_models, run_config in plan]
+    for (label, _, _), handle in zip(plan, decode_many(models, requests, max_parallel=len(plan))):
+        for event in handle.result():
+            yield label, event
+
+
+def rows_per_pass(summary: dict) -> float:
+    """The mean number of runs that shared each of a run's forward passes (1.0: it ran alone)."""
+    forward = summary["stats"]["forward"].values()
+    passes = sum(entry["passes"] for entry in forward)
+    return sum(entry["rows"] for entry in forward) / passes if passes else 1.0
 
 
 def ratios(summaries: Sequence[dict], drafter: str) -> dict[str, float]:

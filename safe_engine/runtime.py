@@ -24,6 +24,11 @@ SCHEDULER = Scheduler()
 """The process's batching state: every session in the process shares its executors."""
 
 
+def runs_sharing(models: Sequence[LoadedModel]) -> int:
+    """How many runs in this process hold these models right now, i.e. share their forward passes."""
+    return SCHEDULER.runs_on(models)
+
+
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     n = min(len(a), len(b))
     for i in range(n):

@@ -351,3 +351,19 @@ def test_real_pair_batched_safe_runs_match_runs_alone(embedded_pair):
     alone = [texts(list(decode(embedded_pair, prompt, config))) for prompt in prompts]
     handles = start_together(embedded_pair, [DecodeRequest(prompt, config) for prompt in prompts])
     assert [texts(handle.result(600)) for handle in handles] == alone
+
+
+def test_runs_sharing_counts_each_run_on_the_models_once(pair):
+    from safe_engine.runtime import runs_sharing
+
+    assert runs_sharing(pair) == 0
+    config = DecodeConfig(strategy="safe", max_new_tokens=24)
+    runs = [decode(pair, prompt, config) for prompt in PROMPTS[:2]]
+    for run in runs:
+        next(run)  # RunStarted: the run's sessions are open
+    alone = decode([pair[1]], PROMPTS[2], DecodeConfig(strategy="single", max_new_tokens=4))
+    next(alone)
+    assert runs_sharing(pair) == 3 and runs_sharing(pair[:1]) == 2 and runs_sharing(pair[1:]) == 3
+    for run in [*runs, alone]:
+        run.close()
+    assert runs_sharing(pair) == 0

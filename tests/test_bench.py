@@ -285,6 +285,7 @@ def test_bench_writes_three_files_and_resumes_after_a_kill(tmp_path, monkeypatch
     monkeypatch.setattr(runner, "decode", killed_during_second_run)
     out = tmp_path / "out"
     argv = ["bench", "--tasks", _write(tmp_path, "mini", MINI), "--max-new-tokens", "12", "--out", str(out)]
+    argv += ["--batch-size", "1"]  # one run after the other: the kill lands during the second (test_bench_batch)
     assert cli.main(argv) == 130
     first = (out / RESULTS).read_text(encoding="utf-8").splitlines()
     assert len(first) == 1 and (out / "summary.csv").is_file()  # an interrupted run still reports what it has

@@ -28,15 +28,23 @@ def results_frame(records: Sequence[dict], drafter: str) -> pd.DataFrame:
     base = df[df["strategy"] == f"single:{drafter}"].set_index(["task", "id"])["wall_s"]
     keys = pd.MultiIndex.from_frame(df[["task", "id"]])
     df["wall_ratio"] = df["wall_s"].to_numpy() / base.reindex(keys).to_numpy()
-    df["strategy"] = pd.Categorical(df["strategy"], categories=list(dict.fromkeys(df["strategy"])))
+    df["strategy"] = pd.Categorical(df["strategy"], categories=plan_order(df["strategy"]))
     return df
+
+
+def plan_order(strategies: Sequence[str]) -> list[str]:
+    """The strategies in the plan's order (the singles, per-token, SAFE, then any other), whatever order the
+    rows were written in: a batched bench writes each as it finishes."""
+    rank = {"per-token": 1, "safe": 2}
+    return sorted(dict.fromkeys(strategies), key=lambda s: 0 if s.startswith("single:") else rank.get(s, 3))
 
 
 def summary_table(records: Sequence[dict], drafter: str) -> pd.DataFrame:
     """Per task and strategy (and over all tasks when there are several): accuracy, E/T, wall ratio, tokens/s."""
     df = results_frame(records, drafter)
     both = pd.concat([df, df.assign(task=ALL_TASKS)]) if df["task"].nunique() > 1 else df
-    rows = both.groupby(["task", "strategy"], observed=True, sort=False).agg(
+    both = both.assign(task=pd.Categorical(both["task"], categories=list(dict.fromkeys(both["task"]))))
+    rows = both.groupby(["task", "strategy"], observed=True).agg(  # tasks as they came, strategies in plan order
         examples=("correct", "size"),
         accuracy=("correct", "mean"),
         mean_e_t=("e_t", "mean"),
@@ -48,7 +56,7 @@ def summary_table(records: Sequence[dict], drafter: str) -> pd.DataFrame:
     )
     rows.insert(4, "tokens_per_s", rows["tokens"] / rows["wall_s"])
     rows.insert(5, "mean_tokens", rows.pop("tokens") / rows["examples"])
-    return rows.reset_index()
+    return rows.reset_index().astype({"task": str})
 
 
 def report_figures(records: Sequence[dict], drafter: str) -> dict[str, go.Figure]:
