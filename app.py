@@ -1,5 +1,6 @@
 """SAFE Ensemble Studio, the web app:
-``python app.py [--host 127.0.0.1] [--port 7860] [--models SPEC ...] [--cpu-int8] [--share]``.
+``python app.py [--host 127.0.0.1] [--port 7860] [--models SPEC ...] [--devices D ...] [--dtype T ...] [--cpu-int8]
+[--share]``.
 
 Models load on the first run, once per process, and are shared by every browser tab; everything a tab
 shows lives in that tab's session state. The UI only consumes the engine's events.
@@ -27,7 +28,8 @@ from components.runner import Runner  # noqa: E402
 from components.stops import Stops  # noqa: E402
 from components.tokenizers_tab import TokenizersTab  # noqa: E402
 from safe_engine.errors import SafeEngineError  # noqa: E402
-from safe_engine.models import DEFAULT_MODELS, LoadOptions, resolve_spec  # noqa: E402
+from safe_engine.models import DEFAULT_MODELS, DTYPES, LoadOptions, resolve_spec  # noqa: E402
+from safe_engine.placement import checked  # noqa: E402
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 
@@ -76,18 +78,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="load every model with int8 weights on the CPU: faster and less accurate (the README has the numbers)",
     )
+    parser.add_argument(
+        "--devices",
+        nargs="+",
+        default=["auto"],
+        metavar="DEVICE",
+        help="one for all models or one per model: auto (several GPUs: spread by size), cpu, cuda, cuda:N, mps",
+    )
+    parser.add_argument("--dtype", nargs="+", default=["auto"], choices=DTYPES, help="one for all or one per model")
     parser.add_argument("--share", action="store_true", help="also open a public Gradio share link")
     args = parser.parse_args(argv)
+    options = LoadOptions(tuple(args.devices), tuple(args.dtype), cpu_int8=args.cpu_int8)
     try:
         for spec in args.models:
             resolve_spec(spec)
+        checked(len(args.models), options)
     except SafeEngineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
-        launch(
-            build_demo(args.models, ModelPool(LoadOptions(cpu_int8=args.cpu_int8))), args.host, args.port, args.share
-        )
+        launch(build_demo(args.models, ModelPool(options)), args.host, args.port, args.share)
     except OSError as exc:  # the port is taken, or the host is not an address of this machine
         print(f"error: cannot serve on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return 2

@@ -71,14 +71,15 @@ class Scheduler:
             yield
 
     def set_busy(self, run: ActiveRun, busy: bool) -> None:
-        """A driven run starts (True) or stops (False) computing."""
+        """A thread of the run starts (True) or stops (False) computing: the run is busy while any of its
+        threads computes (a driven run has one; SAFE's overlap adds helpers, `ActiveRun.helper`)."""
         with self.changed:
-            run.driving = busy
-            if busy:
+            run.computing += 1 if busy else -1
+            if run.computing > 0:
                 self.busy.add(run)
             else:
                 self.busy.discard(run)
-                self.changed.notify_all()
+            self.changed.notify_all()
 
 
 @dataclass
@@ -97,6 +98,7 @@ class Request:
     rows: int = 0  # runs that shared the pass that answered
     started: float = 0.0
     seconds: float = 0.0
+    logit_bytes: int = 0  # the answer's logits as they left the model's device
 
 
 class ModelExecutor:
@@ -142,8 +144,7 @@ class ModelExecutor:
         changed = self.scheduler.changed
         with changed:
             self.queue.append(request)
-            self.scheduler.busy.discard(request.run)
-            changed.notify_all()
+            self.scheduler.set_busy(request.run, False)  # this thread of the run now waits
             try:
                 while not request.done:
                     if self.firing or not self._due():
@@ -160,8 +161,7 @@ class ModelExecutor:
             finally:
                 if not request.done and request in self.queue:  # interrupted while waiting
                     self.queue.remove(request)
-                if request.run.driving:
-                    self.scheduler.busy.add(request.run)
+                self.scheduler.set_busy(request.run, True)
         if request.error is not None:
             raise request.error
         return request
@@ -243,7 +243,8 @@ class ModelExecutor:
                 logits_to_keep=torch.tensor(keep, device=device),
                 slot_batch=SlotBatch(rows),
             )
-        logits = out.logits[0].float().cpu()
+        kept = out.logits[0]
+        logits = kept.cpu().float()  # the rows cross to the host in the model's dtype (half of fp32's bytes for bf16)
         seconds = time.perf_counter() - started
         if any(row.slot.layers_written == 0 for row in rows):
             raise RuntimeError(
@@ -258,6 +259,7 @@ class ModelExecutor:
             request.logits = mine.clone() if len(batch) > 1 else mine  # a memo must not pin the whole pass
             at += len(request.keep)
             request.rows, request.started, request.seconds = len(batch), started, seconds
+            request.logit_bytes = len(request.keep) * kept.shape[-1] * kept.element_size()
 
 
 _CURRENT = threading.local()
@@ -275,7 +277,7 @@ class ActiveRun:
     def __init__(self, scheduler: Scheduler):
         self.scheduler = scheduler
         self.sessions: weakref.WeakSet = weakref.WeakSet()
-        self.driving = False  # its strategy code is running (set by the scheduler)
+        self.computing = 0  # its threads running strategy code right now (not waiting on a pass or a consumer)
 
     @staticmethod
     def current(scheduler: Scheduler) -> ActiveRun:
@@ -323,6 +325,24 @@ class ActiveRun:
         finally:
             events.close()
             self.close()
+
+    @contextmanager
+    def helper(self) -> Iterator[None]:
+        """A thread the run started computes for it inside (SAFE's overlap: a verifier's pass, the next draft)."""
+        self.scheduler.set_busy(self, True)
+        try:
+            yield
+        finally:
+            self.scheduler.set_busy(self, False)
+
+    @contextmanager
+    def waiting(self) -> Iterator[None]:
+        """This thread of the run waits inside (on its helpers), so it does not hold up anyone's pass."""
+        self.scheduler.set_busy(self, False)
+        try:
+            yield
+        finally:
+            self.scheduler.set_busy(self, True)
 
     def close(self) -> None:
         with self.scheduler.changed:

@@ -17,7 +17,7 @@ from .decoding import PER_TOKEN_COMMITS, SAFE_MODES, STRATEGIES, DecodeConfig, d
 from .ensemble import METHODS, SHARPENING, EnsembleConfig
 from .errors import SafeEngineError
 from .events import TextCommitted, write_jsonl
-from .models import DEFAULT_MODELS, RAY_PREFIX, LoadOptions, resolve_spec
+from .models import DEFAULT_MODELS, DTYPES, RAY_PREFIX, LoadOptions, resolve_spec
 from .tokdiff import corpus_scan, load_vocabs, pair_view, visible, word_agreement
 
 DEFAULTS, ENSEMBLE = DecodeConfig(), EnsembleConfig()
@@ -117,8 +117,29 @@ def _decoding_options(parser: argparse.ArgumentParser, with_strategy: bool, one_
         metavar="N",
         help="measure the conditioning-damage KL at most N times (one extra forward pass each; 0: off)",
     )
-    parser.add_argument("--device", default="auto", help="auto (cuda, mps, cpu), cpu, cuda, cuda:1, mps")
-    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16"])
+    parser.add_argument(
+        "--devices",
+        "--device",
+        nargs="+",
+        default=["auto"],
+        metavar="DEVICE",
+        help="one for all models or one per model: auto (several GPUs: spread by size; else cuda, mps or cpu), "
+        "cpu, cuda, cuda:N, mps",
+    )
+    parser.add_argument(
+        "--dtype",
+        nargs="+",
+        default=["auto"],
+        choices=DTYPES,
+        help="one for all models or one per model (auto: bfloat16 or float16 on a GPU, float32 on the CPU)",
+    )
+    parser.add_argument(
+        "--overlap",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="SAFE: verifiers' passes at once and the next draft during verification (the same output; "
+        "default: on only when every model has its own GPU)",
+    )
     parser.add_argument("--trust-remote-code", action="store_true", help="allow model code from the model folder")
     parser.add_argument("--no-chat-template", action="store_true", help="plain-text prompts for every model")
     parser.add_argument("--placement", choices=["local", "ray"], default="local", help="ray: each model in a Ray actor")
@@ -240,8 +261,12 @@ def _config(args, strategy: str) -> DecodeConfig:
         damage_kl_steps=args.damage_kl_steps,
         stop=tuple(args.stop),
         draft_gate=args.draft_gate,
+        overlap=args.overlap,
     )
     config.validate(len(specs))
+    for values, flag in ((args.devices, "--devices"), (args.dtype, "--dtype")):
+        if len(values) not in (1, len(specs)):
+            raise UsageError(f"give one {flag} for all models or one per model ({len(specs)}), not {len(values)}")
     return config
 
 
@@ -250,8 +275,13 @@ def _progress(message: str) -> None:
 
 
 def load_options(args) -> LoadOptions:
+    """The loader's options of parsed decoding options (a device and a dtype per model, or one for all)."""
     return LoadOptions(
-        args.device, args.dtype, args.trust_remote_code, not args.no_chat_template, cpu_int8=args.cpu_int8
+        tuple(args.devices),
+        tuple(args.dtype),
+        args.trust_remote_code,
+        not args.no_chat_template,
+        cpu_int8=args.cpu_int8,
     )
 
 

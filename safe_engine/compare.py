@@ -11,6 +11,7 @@ from .decoding import DecodeConfig, decode
 from .events import Event, RunFinished, RunStarted
 from .many_runs import DecodeRequest, decode_many
 from .models import LoadedModel, LoadOptions, load_model
+from .placement import placed
 
 _LOADED: dict[tuple[str, LoadOptions], LoadedModel] = {}  # the process's one model cache (CLI, app, benchmarks)
 _LOADING = threading.Lock()  # the app loads from request threads; one load at a time, never one model twice
@@ -23,16 +24,18 @@ def load_models(
     progress: Callable[[str], None] | None = None,
     warm: bool = False,
 ) -> list[LoadedModel]:
-    """Load each spec once per process; later calls (another run, another UI session) reuse it. `warm`:
-    `warm_up` each model as it loads, so the first run's timing leaves out its lazy set-up."""
+    """Load each spec once per process; later calls (another run, another UI session) reuse it. `options`:
+    a device and a dtype for all or one per spec (`placement.placed`). `warm`: `warm_up` each model as it
+    loads, so the first run's timing leaves out its lazy set-up."""
     with _LOADING:
-        for spec in specs:
-            if (spec, options) not in _LOADED:
-                model = load_model(spec, options, progress)
+        keys = list(zip(specs, placed(specs, options)))
+        for key in keys:
+            if key not in _LOADED:
+                model = load_model(*key, progress)
                 if warm:
                     warm_up([model])
-                _LOADED[(spec, options)] = model
-        return [_LOADED[(spec, options)] for spec in specs]
+                _LOADED[key] = model
+        return [_LOADED[key] for key in keys]
 
 
 def warm_up(models: Sequence[LoadedModel], config: DecodeConfig | None = None) -> None:

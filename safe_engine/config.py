@@ -31,6 +31,9 @@ class DecodeConfig:
     stop: tuple[str, ...] = ()  # the run ends at the first of these strings after the response's leading whitespace
     force: tuple[tuple[int, str], ...] = ()  # (committed-token index, text committed there instead): what-if branches
     damage_kl_steps: int = 16  # conditioning-damage KL measured at most this often (one extra forward each)
+    # SAFE: verifiers' passes at once and the next draft during verification (`overlap.py`); None: on only when
+    # every model sits on its own non-CPU device. The same output either way.
+    overlap: bool | None = None
 
     def validate(self, model_count: int) -> None:
         ens = self.ensemble
@@ -56,6 +59,7 @@ class DecodeConfig:
             (ens.weights is None or (min(ens.weights) >= 0 and sum(ens.weights) > 0), "weights must be ≥ 0, not all 0"),
             (0 <= self.damage_kl_steps <= MAX_NEW_TOKENS, f"damage KL steps must be 0..{MAX_NEW_TOKENS}"),
             (0 <= self.draft_gate < 1, "the draft gate must be in [0, 1)"),
+            (self.overlap in (None, True, False), "overlap must be true, false or unset (auto)"),
             (all(self.stop), "a stop sequence cannot be empty"),
             (
                 all(0 <= i < self.max_new_tokens for i, _ in self.force),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache, cached_property
 from pathlib import Path
 
 from .alignment import EOS_KEY, TokenBytes, special_ids
@@ -20,6 +20,7 @@ DEFAULT_MODELS = ("embedded:gemma-3-270m", "embedded:smollm2-135m-instruct")
 """Gemma drafts (the stronger copier, and its 262k-row head is costly as a verifier); SmolLM2 verifies."""
 
 RAY_PREFIX = "ray:"
+DTYPES = ("auto", "float32", "bfloat16", "float16")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
@@ -81,8 +82,14 @@ def pick_device(device: str = "auto") -> str:
     import torch
 
     if device != "auto":
+        if not re.fullmatch(r"cpu|mps|cuda(:\d+)?", device):
+            raise ModelLoadError(f"unknown device {device!r}: use auto, cpu, mps, cuda or cuda:N")
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise ModelLoadError(f"device {device!r} asked for, but CUDA is not available here")
+        if device.startswith("cuda:") and int(device[5:]) >= torch.cuda.device_count():
+            raise ModelLoadError(
+                f"device {device!r} asked for, but this machine has {torch.cuda.device_count()} GPU(s)"
+            )
         if device == "mps" and not torch.backends.mps.is_available():
             raise ModelLoadError("device 'mps' asked for, but MPS is not available here")
         return device
@@ -110,8 +117,12 @@ def pick_dtype(device: str, dtype: str = "auto"):
 
 @dataclass(frozen=True)
 class LoadOptions:
-    device: str = "auto"
-    dtype: str = "auto"
+    """How models load. `device` and `dtype`: one for every model, or a tuple with one per model (`load_models`;
+    `load_model` loads one model and takes one of each). Device "auto" spreads the models over the visible GPUs
+    by parameter count (`placement.py`), else picks cuda, mps or cpu."""
+
+    device: str | tuple[str, ...] = "auto"
+    dtype: str | tuple[str, ...] = "auto"
     trust_remote_code: bool = False
     chat_template: bool = True
     attn_implementation: str | None = None
@@ -218,6 +229,8 @@ def load_model(spec: str, options: LoadOptions = LoadOptions(), progress: Progre
         raise ModelLoadError(
             f"{spec} holds a tokenizer only (no config.json): tokdiff can compare it, decoding needs a model"
         )
+    if not (isinstance(options.device, str) and isinstance(options.dtype, str)):
+        raise ModelLoadError("load_model loads one model: give it one device and one dtype (load_models takes lists)")
     device = pick_device(options.device)
     if options.cpu_int8 and device != "cpu":
         raise ModelLoadError(
@@ -267,6 +280,25 @@ def load_model(spec: str, options: LoadOptions = LoadOptions(), progress: Progre
         eos_ids=_eos_ids(model, tokenizer),
         int8=options.cpu_int8,
     )
+
+
+@cache  # the app loads its models once per run: count each once
+def parameter_count(spec: str, options: LoadOptions = LoadOptions()) -> int:
+    """The model's parameters, counted on the meta device from its config (no weights are read)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    resolved = resolve_spec(spec)
+    source, extra = _source(resolved, None)
+    try:
+        config = AutoConfig.from_pretrained(
+            source, trust_remote_code=options.trust_remote_code, local_files_only=_offline(), **extra
+        )
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config, trust_remote_code=options.trust_remote_code)
+    except (OSError, ValueError, KeyError) as exc:
+        raise ModelLoadError(f"could not read the config of {spec}: {_first_line(exc)}") from exc
+    return sum(p.numel() for p in model.parameters())
 
 
 def quantize_int8(model):

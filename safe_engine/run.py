@@ -119,6 +119,31 @@ def top_candidates(probs: torch.Tensor, lm: LoadedModel, k: int = TOP_K_SHOWN) -
     return [Candidate(key_text(key), p, raw_hex(key)) for key, p in zip(keys, top.values.tolist())]
 
 
+def draft_after(
+    drafter: Participant, base: Sequence[int], count: int, gate: float, sampler: Sampler, stop: threading.Event
+) -> Draft:
+    """`Run.draft` from response ids `base`; `stop` ends it before the next token. SAFE's overlap drafts the
+    next round through it too (`overlap.py`)."""
+    draft = Draft()
+    eos = drafter.lm.eos_ids
+    for _ in range(count):
+        if stop.is_set():
+            break
+        position = len(base) + len(draft)
+        row = sampler.scaled(drafter.logits(list(base) + draft.ids, [position])[0])
+        probs = torch.softmax(row.float(), dim=-1)
+        token, drawn_p = sampler.pick(probs)
+        draft.ids.append(token)
+        draft.logits.append(row)
+        draft.probs.append(probs)
+        draft.drawn_p.append(drawn_p)
+        if token in eos:
+            break
+        if probs[token].item() < gate:
+            break
+    return draft
+
+
 class Run:
     """State shared by the strategies for one run. `cancel` ends it at the next check (the UI's Stop)."""
 
@@ -237,24 +262,8 @@ class Run:
     def draft(self, count: int, gate: float = 0.0) -> Draft:
         """Up to `count` tokens from the drafter (greedy or sampled), ending early at its EOS, or right
         after a token it gave a probability below `gate` (the token most likely to be ensembled away)."""
-        draft = Draft()
-        eos = self.drafter.lm.eos_ids
         with self.stats.timed("draft"):
-            for _ in range(count):
-                if self.cancel.is_set():
-                    break
-                position = len(self.response.ids) + len(draft)
-                row = self.sampler.scaled(self.drafter.logits(self.response.ids + draft.ids, [position])[0])
-                probs = torch.softmax(row.float(), dim=-1)
-                token, drawn_p = self.sampler.pick(probs)
-                draft.ids.append(token)
-                draft.logits.append(row)
-                draft.probs.append(probs)
-                draft.drawn_p.append(drawn_p)
-                if token in eos:
-                    break
-                if probs[token].item() < gate:
-                    break
+            draft = draft_after(self.drafter, self.response.ids, count, gate, self.sampler, self.cancel)
         self.stats.drafted += len(draft)
         return draft
 

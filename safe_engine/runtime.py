@@ -48,6 +48,7 @@ class ForwardStats:
     seconds: float = 0.0
     rows: int = 0
     wait_seconds: float = 0.0
+    logit_bytes: int = 0  # logits handed from the model's device to the host (full-vocabulary rows, its dtype)
 
 
 class ModelSession:
@@ -110,6 +111,7 @@ class ModelSession:
         self.stats.seconds += request.seconds
         self.stats.rows += request.rows
         self.stats.wait_seconds += request.started - request.submitted
+        self.stats.logit_bytes += request.logit_bytes
         self.cached_ids.extend(chunk)
         for t, row in zip(wanted, request.logits):
             self._memo[t] = row

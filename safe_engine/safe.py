@@ -15,12 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
-from . import rules
+from . import overlap, rules
 from .alignment import CharIndex, Tokenization
 from .events import EnsemblePoint, Event, PositionVerified, VerifierView
+from .participant import Participant
 from .piece import Piece
 from .reasons import Decision, Reason
 from .run import Draft, Run, key_text, text_and_index
@@ -34,22 +36,25 @@ def safe_round(run: Run) -> Iterator[Event]:
         return
     layout = Layout.of(run, draft)
     yield run.draft_event(draft, layout.index)
-    scores = verify(run, layout)  # Verify
-    pieces: list[Piece] = []
-    for j, token_id in enumerate(draft.ids):  # Ensemble at most where needed
-        check = check_position(run, draft, layout, scores, j)
-        yield check
-        if check.decision != Decision.ENSEMBLED:
-            blocked = [v.model for v in check.verifiers if v.oov_like]
-            pieces.append(Piece([token_id], check.decision, check.reason_code, oov_like_for=blocked, kept_draft=True))
-        else:
-            point, piece = ensemble_position(run, draft, layout, scores, j, check)
-            yield point
-            pieces.append(piece)
-            if point.changed or run.config.safe_mode == "exact":  # this ensemble ends the round
+    with overlap.drafting_ahead(run, draft):  # with the models on their own devices, the next draft meanwhile
+        scores = verify(run, layout)  # Verify
+        pieces: list[Piece] = []
+        for j, token_id in enumerate(draft.ids):  # Ensemble at most where needed
+            check = check_position(run, draft, layout, scores, j)
+            yield check
+            if check.decision != Decision.ENSEMBLED:
+                blocked = [v.model for v in check.verifiers if v.oov_like]
+                pieces.append(
+                    Piece([token_id], check.decision, check.reason_code, oov_like_for=blocked, kept_draft=True)
+                )
+            else:
+                point, piece = ensemble_position(run, draft, layout, scores, j, check)
+                yield point
+                pieces.append(piece)
+                if point.changed or run.config.safe_mode == "exact":  # this ensemble ends the round
+                    break
+            if run.diverted(pieces):  # a forced text: the rest of the draft followed another text
                 break
-        if run.diverted(pieces):  # a forced text: the rest of the draft followed another text
-            break
     yield run.commit(pieces)  # a stop sequence may end it early
 
 
@@ -99,18 +104,22 @@ def _own_token(tok: Tokenization, offset: int, drafted_eos: bool) -> int | None:
 def verify(run: Run, layout: Layout) -> Scores:
     """One forward pass per verifier: its logits for its own token at every safe position.
 
-    The passes are independent of each other and of the next draft: with one device per model they could
-    run concurrently. Not here: on one CPU the models share memory bandwidth, and overlapping them was
-    measured slower than running them in turn (README).
+    The passes are independent of each other and of the next draft: with one device per model they run at
+    once (`overlap.each`). Not on one CPU by default: there the models share memory bandwidth, and
+    overlapping them was measured slower than running them in turn (README).
     """
     safe = [j for j in range(len(layout.own)) if layout.safe(j)]
-    scores = []
+    starts = [sorted({layout.own[j][k] for j in safe}) for k in range(len(run.verifiers))]
+    passes = [partial(_score, v, tok.ids, at) for v, tok, at in zip(run.verifiers, layout.tokenizations, starts)]
     with run.stats.timed("verify"):
-        for k, (v, tok) in enumerate(zip(run.verifiers, layout.tokenizations)):
-            starts = sorted({layout.own[j][k] for j in safe})
-            scores.append(dict(zip(starts, v.logits(tok.ids, starts))) if starts else {})
-            if starts:
-                v.forget_before(starts[0])
+        return overlap.each(run, passes)
+
+
+def _score(verifier: Participant, ids: list[int], starts: list[int]) -> dict[int, torch.Tensor]:
+    if not starts:
+        return {}
+    scores = dict(zip(starts, verifier.logits(ids, starts)))
+    verifier.forget_before(starts[0])
     return scores
 
 

@@ -74,6 +74,13 @@ def test_models_lists_each_strategy_and_the_pair(client):
     assert ids == ["tiny-llama+tiny-gemma", "safe", "per-token", "single:tiny-llama", "single:tiny-gemma"]
 
 
+def test_models_says_where_each_model_lives(live):
+    data = httpx.get(live.url + "/v1/models", headers={"Authorization": f"Bearer {KEY}"}).json()["data"]
+    where = {m["id"]: [(x["name"], x["device"], x["dtype"]) for x in m["models"]] for m in data}
+    assert where["safe"] == [("tiny-llama", "cpu", "float32"), ("tiny-gemma", "cpu", "float32")]
+    assert where["single:tiny-gemma"] == [("tiny-gemma", "cpu", "float32")]
+
+
 def test_completion_carries_usage_and_safes_summary(client):
     reply = client.completions.create(
         model="safe", prompt="the answer is", max_tokens=6, extra_body={"safe": {"lookahead": 2}}

@@ -68,8 +68,9 @@ class SafeEnsembleLM(LM):
         super().__init__()
         if models is not None:
             options["models"] = models
-        if options.get("device") is not None:
-            options["device"] = _available(str(options["device"]))
+        device = options.pop("device", None)  # lm-eval's own device argument (a default when none is asked for)
+        if device is not None and options.get("devices") is None:
+            options["devices"] = _available(str(device))
         self._max_new_tokens_given = "max_new_tokens" in options or "max-new-tokens" in options
         self.args, self.config = parse_options(options)
         if int(concurrency) < 1:

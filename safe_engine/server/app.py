@@ -34,7 +34,7 @@ from .schemas import ChatRequest, CompletionRequest, Sampling
 
 logger = logging.getLogger(__name__)
 
-FIXED_OPTIONS = ("models", "device", "dtype", "trust_remote_code", "no_chat_template", "cpu_int8")
+FIXED_OPTIONS = ("models", "devices", "dtype", "trust_remote_code", "no_chat_template", "cpu_int8")
 """Decoding options that belong to the server's loaded models, not to a request."""
 
 
@@ -110,6 +110,11 @@ class Engine:
         if len(models) > 1:
             self.model_ids |= {"safe": ("safe", None), "per-token": ("per-token", None)}
         self.model_ids |= {f"single:{name}": ("single", name) for name in names}
+
+    def placement(self, model_id: str) -> list[dict]:
+        """The loaded models a model id runs, each as `LoadedModel.describe` says (its device and dtype too)."""
+        single = self.model_ids[model_id][1]
+        return [lm.describe() for lm in self.templated if single is None or lm.name == single]
 
     # ------------------------------------------------------------ a request → a checked config
     def config(self, body: Sampling, max_tokens: int | None):
@@ -265,7 +270,10 @@ def create_app(models: Sequence[LoadedModel], settings: Settings) -> FastAPI:
     @app.get("/v1/models")
     async def list_models():
         created = int(time.time())
-        data = [{"id": i, "object": "model", "created": created, "owned_by": "safe-ensemble"} for i in engine.model_ids]
+        data = [
+            {"id": i, "object": "model", "created": created, "owned_by": "safe-ensemble", "models": engine.placement(i)}
+            for i in engine.model_ids
+        ]
         return {"object": "list", "data": data}
 
     @app.post("/v1/completions")
