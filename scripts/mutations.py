@@ -1,17 +1,21 @@
 """Prove the rule tests bite: break each SAFE rule in a copy of the project and check the quick tests fail.
 
-    python scripts/mutations.py [--list] [--only NAME ...]
+    python scripts/mutations.py [--list] [--only NAME ...] [--mode both|alone|batched]
 
 Each mutation replaces one piece of code in a temporary copy of the project; the tests below run against
 that copy and must fail. The piece is matched as a sequence of Python tokens, so reformatting (line breaks,
 spacing, comments) does not move it; it must occur exactly once, so the list breaks loudly when the code
-changes. The unmutated copy must pass first. Exit status 0 only when every mutation is killed.
+changes. The tests run in two modes: alone (each decode is the only run) and batched (`SAFE_TEST_BATCHED=1`:
+each decode shares its forward passes with two companion runs, tests/conftest.py), and a mutation is killed
+only when the tests fail in every mode run. The unmutated copy must pass first, in each mode. Exit status 0
+only when every mutation is killed.
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import os
 import shutil
 import subprocess
 import sys
@@ -22,8 +26,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TESTS = ["tests/test_rules.py", "tests/test_sampling.py", "tests/test_ensemble.py", "tests/test_decoding.py"]
+TESTS = [
+    "tests/test_rules.py",
+    "tests/test_sampling.py",
+    "tests/test_ensemble.py",
+    "tests/test_decoding.py",
+    "tests/test_batched_decodes.py",  # the batched mode really shares passes
+]
 COPIED = ["safe_engine", "tests", "pytest.ini"]
+MODES = {"alone": "0", "batched": "1"}  # the value of SAFE_TEST_BATCHED
 
 
 @dataclass(frozen=True)
@@ -270,21 +281,34 @@ def apply(target: Path, mutation: Mutation) -> None:
     path.write_text(code[:start] + mutation.new + code[end:], encoding="utf-8")
 
 
-def tests_pass(folder: Path) -> bool:
+def tests_pass(folder: Path, mode: str) -> bool:
     command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "not real_models", *TESTS]
-    done = subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=600)
+    env = {**os.environ, "SAFE_TEST_BATCHED": MODES[mode]}
+    done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=600)
     if done.returncode not in (0, 1):
         raise SystemExit(
-            f"pytest could not run in {folder} (exit {done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
+            f"pytest ({mode}) could not run in {folder} (exit {done.returncode}):\n"
+            f"{done.stdout[-2000:]}{done.stderr[-2000:]}"
         )
     return done.returncode == 0
+
+
+def kills(folder: Path, modes: list[str]) -> dict[str, tuple[bool, float]]:
+    """Per mode: whether the tests failed, and how long they took."""
+    outcome = {}
+    for mode in modes:
+        started = time.perf_counter()
+        outcome[mode] = (not tests_pass(folder, mode), time.perf_counter() - started)
+    return outcome
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--list", action="store_true", help="list the mutations and exit")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these mutations")
+    parser.add_argument("--mode", choices=["both", *MODES], default="both", help="how the tests decode (default both)")
     args = parser.parse_args()
+    modes = list(MODES) if args.mode == "both" else [args.mode]
     chosen = [m for m in MUTATIONS if not args.only or m.name in args.only]
     if args.list or not chosen:
         for m in MUTATIONS:
@@ -293,24 +317,31 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="safe-mutations-") as tmp:
         clean = Path(tmp) / "clean"
         copy_project(clean)
-        if not tests_pass(clean):
-            print("the unmutated project fails its tests: fix that first", file=sys.stderr)
+        failing = [mode for mode in modes if not tests_pass(clean, mode)]
+        if failing:
+            print(f"the unmutated project fails its tests ({', '.join(failing)}): fix that first", file=sys.stderr)
             return 1
+        killed = dict.fromkeys(modes, 0)
         survived = []
         for m in chosen:
             folder = Path(tmp) / m.name
             copy_project(folder)
             apply(folder, m)
-            started = time.perf_counter()
-            killed = not tests_pass(folder)
-            verdict = "killed  " if killed else "SURVIVED"
-            print(f"{verdict}  {m.name:32} {m.rule}  ({time.perf_counter() - started:.0f} s)", flush=True)
-            if not killed:
+            outcome = kills(folder, modes)
+            for mode, (dead, _) in outcome.items():
+                killed[mode] += dead
+            verdict = "killed  " if all(dead for dead, _ in outcome.values()) else "SURVIVED"
+            per_mode = ", ".join(
+                f"{mode} {'killed' if dead else 'SURVIVED'} {s:.0f} s" for mode, (dead, s) in outcome.items()
+            )
+            print(f"{verdict}  {m.name:32} {m.rule}  ({per_mode})", flush=True)
+            if verdict == "SURVIVED":
                 survived.append(m.name)
             shutil.rmtree(folder)
     print(
-        f"\n{len(chosen) - len(survived)} of {len(chosen)} mutations killed"
-        + (f"; survived: {', '.join(survived)}" if survived else "")
+        "\n"
+        + "; ".join(f"{killed[mode]} of {len(chosen)} mutations killed {mode}" for mode in modes)
+        + (f"; survived (in some mode): {', '.join(survived)}" if survived else "")
     )
     return 1 if survived else 0
 

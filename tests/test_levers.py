@@ -73,6 +73,7 @@ def tiny_pair(tmp_path_factory):
     ]
 
 
+@pytest.mark.alone
 def test_a_gate_that_never_fires_is_the_ungated_loop(tiny_pair):
     plain = [e.to_dict() for e in decode(tiny_pair, "the cat", DecodeConfig(max_new_tokens=24, draft_gate=0.0))]
     never = [e.to_dict() for e in decode(tiny_pair, "the cat", DecodeConfig(max_new_tokens=24, draft_gate=1e-12))]
