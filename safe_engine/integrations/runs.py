@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from ..compare import summarize
 from ..config import DecodeConfig
 from ..decoding import decode
 from ..events import Event, RunFinished, RunStarted
@@ -48,27 +49,18 @@ def without_stop(text: str, stop_reason: str, stops: Sequence[str]) -> str:
     return text
 
 
+PROVENANCE = (
+    "strategy", "drafter", "models", "tokens", "ensembled", "replaced", "e_t", "oov_skips", "consensus_skips",
+    "sharpened", "rounds", "wall_s", "stop_reason", "seed",
+)  # fmt: skip
+
+
 def provenance(started: RunStarted, finished: RunFinished) -> dict:
     """What SAFE did in one run, as a flat JSON record: E/T, ensembled / replaced, OOV-like skips per verifier,
-    consensus skips by reason, the time split, the stop reason and the seed (to replay it)."""
-    stats = finished.stats
-    return {
-        "strategy": started.strategy,
-        "drafter": started.drafter,
-        "models": [m["name"] for m in started.models],
-        "tokens": stats["tokens"],
-        "ensembled": stats["ensembled"],
-        "replaced": stats["replaced"],
-        "e_t": stats["e_t"],
-        "oov_skips": stats["oov_skips"],
-        "consensus_skips": stats["consensus_skips"],
-        "sharpened": stats["sharpened"],
-        "rounds": stats["rounds"],
-        "time_split": stats["time_split"],
-        "wall_s": stats["wall_s"],
-        "stop_reason": finished.stop_reason,
-        "seed": started.config.get("seed"),
-    }
+    consensus skips by reason, the time split, the stop reason and the seed (to replay it); the CLI's
+    `--json` record (`compare.summarize`) narrowed to these fields."""
+    record = summarize([started, finished])
+    return {key: record[key] for key in PROVENANCE} | {"time_split": finished.stats["time_split"]}
 
 
 def complete(
