@@ -96,6 +96,7 @@ class Request:
     logits: torch.Tensor | None = None  # [len(keep), vocab], fp32, CPU
     error: Exception | None = None
     rows: int = 0  # runs that shared the pass that answered
+    resumed: bool = False  # its run counts as computing again (set with `done`)
     started: float = 0.0
     seconds: float = 0.0
     logit_bytes: int = 0  # the answer's logits as they left the model's device
@@ -161,7 +162,8 @@ class ModelExecutor:
             finally:
                 if not request.done and request in self.queue:  # interrupted while waiting
                     self.queue.remove(request)
-                self.scheduler.set_busy(request.run, True)
+                if not request.resumed:
+                    self.scheduler.set_busy(request.run, True)
         if request.error is not None:
             raise request.error
         return request
@@ -196,6 +198,11 @@ class ModelExecutor:
     def _fire(self) -> None:
         with self.scheduler.device(self.device):
             with self.scheduler.changed:
+                # Due again now that the device is ours: runs answered by the pass we waited behind are
+                # computing and may be about to ask this model too (else two runs alternating between
+                # two models stay out of step for good).
+                while not self._due():
+                    self.scheduler.changed.wait(max(self._time_left(), 1e-4))
                 batch = self._take()
             try:
                 self._answer(batch)
@@ -207,6 +214,8 @@ class ModelExecutor:
                 with self.scheduler.changed:
                     for request in batch:
                         request.done = True
+                        self.scheduler.set_busy(request.run, True)  # it computes from here, not once it wakes
+                        request.resumed = True
                     self.scheduler.freed[str(self.device)] = time.perf_counter()
 
     def _answer(self, batch: list[Request]) -> None:
