@@ -38,7 +38,8 @@ class ActorLost(DistributedError):
 
 
 class Replica:
-    """An actor's state: `load(*args)` runs in the constructor; its error is raised by every later call."""
+    """An actor's state: the subclass's `load(*args)` (every subclass defines it) runs in the constructor; its
+    error is raised by every later call."""
 
     def __init__(self, *args):
         self._error = None
@@ -46,9 +47,6 @@ class Replica:
             self.load(*args)
         except Exception as exc:  # kept, so the driver gets the load error itself
             self._error = exc
-
-    def load(self, *args) -> None:
-        raise NotImplementedError
 
     def ready(self) -> int:
         """This replica's process id, once it has loaded."""
