@@ -97,8 +97,27 @@ class Sweep:
         return True
 
 
-class Bench:
-    """One benchmark over an output folder; `done`/`total` count runs, including those resumed."""
+class SweepProgress:
+    """What the app and the CLI read of any benchmark (in process or on Ray): its folder and its `Sweep`'s
+    counts; `done`/`total` count runs, including those resumed."""
+
+    sweep: Sweep
+
+    @property
+    def done(self) -> int:
+        return self.sweep.done
+
+    @property
+    def total(self) -> int:
+        return self.sweep.total
+
+    @property
+    def out_dir(self):
+        return self.sweep.out_dir
+
+
+class Bench(SweepProgress):
+    """One benchmark over an output folder, in this process."""
 
     def __init__(
         self,
@@ -119,18 +138,6 @@ class Bench:
             [m.spec.spec for m in models], self.drafter, [m.use_chat_template for m in models], style, config
         )
         self.sweep = Sweep(out_dir, settings, examples, list(self.runner.plan))
-
-    @property
-    def done(self) -> int:
-        return self.sweep.done
-
-    @property
-    def total(self) -> int:
-        return self.sweep.total
-
-    @property
-    def out_dir(self):
-        return self.sweep.out_dir
 
     def run(self, stop: threading.Event | None = None) -> Iterator[dict]:
         """Run what is left, yielding each record once it is on disk; a stopped run writes nothing."""

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterator, Sequence
 
 from ..bench import store
-from ..bench.runner import StrategyRunner, Sweep, bench_settings
+from ..bench.runner import StrategyRunner, Sweep, SweepProgress, bench_settings
 from ..bench.tasks import Example
 from ..compare import load_models
 from ..config import DecodeConfig
@@ -36,8 +36,8 @@ class BenchReplica(Replica):
         return self._runner.run(example, label)
 
 
-class RayBench:
-    """`Bench`'s interface (`done`, `total`, `drafter`, `run`), its jobs run by a pool of Ray replicas."""
+class RayBench(SweepProgress):
+    """`Bench`'s interface (`done`, `total`, `out_dir`, `drafter`, `run`), its jobs run by a pool of Ray replicas."""
 
     def __init__(
         self,
@@ -60,14 +60,6 @@ class RayBench:
         self.drafter = resolve_spec(specs[config.drafter]).short_name
         settings = bench_settings(specs, self.drafter, [options.chat_template] * len(specs), style, config)
         self.sweep = Sweep(out_dir, settings, examples, labels)
-
-    @property
-    def done(self) -> int:
-        return self.sweep.done
-
-    @property
-    def total(self) -> int:
-        return self.sweep.total
 
     def run(self, stop: threading.Event | None = None) -> Iterator[dict]:
         """Run what is left on the replicas, yielding each record once it is on disk."""
