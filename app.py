@@ -28,7 +28,7 @@ from components.runner import Runner  # noqa: E402
 from components.stops import Stops  # noqa: E402
 from components.tokenizers_tab import TokenizersTab  # noqa: E402
 from safe_engine.errors import SafeEngineError  # noqa: E402
-from safe_engine.models import DEFAULT_MODELS, DTYPES, LoadOptions, resolve_spec  # noqa: E402
+from safe_engine.models import CPU_LINEAR_MODES, DEFAULT_MODELS, DTYPES, LoadOptions, resolve_spec  # noqa: E402
 from safe_engine.placement import checked  # noqa: E402
 
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -79,6 +79,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="load every model with int8 weights on the CPU: faster and less accurate (the README has the numbers)",
     )
     parser.add_argument(
+        "--cpu-linear",
+        choices=CPU_LINEAR_MODES,
+        default="streamed",
+        help="fp32 linear layers on the CPU: streamed (default), int8-head (int8 output layer) or torch",
+    )
+    parser.add_argument(
         "--devices",
         nargs="+",
         default=["auto"],
@@ -88,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dtype", nargs="+", default=["auto"], choices=DTYPES, help="one for all or one per model")
     parser.add_argument("--share", action="store_true", help="also open a public Gradio share link")
     args = parser.parse_args(argv)
-    options = LoadOptions(tuple(args.devices), tuple(args.dtype), cpu_int8=args.cpu_int8)
+    options = LoadOptions(tuple(args.devices), tuple(args.dtype), cpu_int8=args.cpu_int8, cpu_linear=args.cpu_linear)
     try:
         for spec in args.models:
             resolve_spec(spec)

@@ -17,7 +17,7 @@ from .decoding import PER_TOKEN_COMMITS, SAFE_MODES, STRATEGIES, DecodeConfig, d
 from .ensemble import METHODS, SHARPENING, EnsembleConfig
 from .errors import SafeEngineError
 from .events import TextCommitted, write_jsonl
-from .models import DEFAULT_MODELS, DTYPES, RAY_PREFIX, LoadOptions, resolve_spec
+from .models import CPU_LINEAR_MODES, DEFAULT_MODELS, DTYPES, RAY_PREFIX, LoadOptions, resolve_spec
 from .tokdiff import corpus_scan, load_vocabs, pair_view, visible, word_agreement
 
 DEFAULTS, ENSEMBLE = DecodeConfig(), EnsembleConfig()
@@ -109,6 +109,13 @@ def _decoding_options(parser: argparse.ArgumentParser, with_strategy: bool, one_
         "--cpu-int8",
         action="store_true",
         help="int8 weights on the CPU: faster, less accurate (the README has the measured speed and accuracy)",
+    )
+    parser.add_argument(
+        "--cpu-linear",
+        choices=CPU_LINEAR_MODES,
+        default="streamed",
+        help="fp32 linear layers on the CPU: streamed (default; the same weights, a faster product), "
+        "int8-head (and int8 weights for the output layer), torch (transformers' own layers)",
     )
     parser.add_argument(
         "--damage-kl-steps",
@@ -282,6 +289,7 @@ def load_options(args) -> LoadOptions:
         args.trust_remote_code,
         not args.no_chat_template,
         cpu_int8=args.cpu_int8,
+        cpu_linear=args.cpu_linear,
     )
 
 

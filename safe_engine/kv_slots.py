@@ -125,7 +125,9 @@ def _slot_attention(base, sdpa: bool, module, query, key, value, attention_mask,
                 mask = torch.zeros(mask.shape, dtype=query.dtype, device=query.device).masked_fill(
                     ~mask, torch.finfo(query.dtype).min
                 )
-        out, _ = base(module, query[:, :, span], keys[None, :, first:], values[None, :, first:], mask, **kwargs)
+        # A contiguous query keeps SDPA on its fused CPU kernel (a strided slice falls back to the math path).
+        rows_query = query[:, :, span].contiguous()
+        out, _ = base(module, rows_query, keys[None, :, first:], values[None, :, first:], mask, **kwargs)
         outputs.append(out)
     return torch.cat(outputs, dim=1), None
 

@@ -21,6 +21,7 @@ DEFAULT_MODELS = ("embedded:gemma-3-270m", "embedded:smollm2-135m-instruct")
 
 RAY_PREFIX = "ray:"
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+CPU_LINEAR_MODES = ("streamed", "int8-head", "torch")  # cpu_linear.py; --cpu-linear
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
@@ -127,6 +128,7 @@ class LoadOptions:
     chat_template: bool = True
     attn_implementation: str | None = None
     cpu_int8: bool = False  # int8 weights, dynamically quantized activations (every Linear layer, the LM head included)
+    cpu_linear: str = "streamed"  # fp32 linears on the CPU (`cpu_linear.py`): streamed, int8-head or torch
 
 
 @dataclass
@@ -142,6 +144,7 @@ class LoadedModel:
     use_chat_template: bool
     eos_ids: frozenset[int] = field(default_factory=frozenset)
     int8: bool = False
+    cpu_linear: str | None = None  # the fp32 linears' form on the CPU (cpu_linear.py); None off the CPU or under int8
 
     @cached_property
     def vocab(self) -> TokenBytes:
@@ -189,6 +192,7 @@ class LoadedModel:
             "spec": self.spec.spec,
             "device": self.device,
             "dtype": "int8" if self.int8 else str(self.dtype).replace("torch.", ""),
+            **({"cpu_linear": self.cpu_linear} if self.cpu_linear else {}),
             "vocab_size": len(self.tokenizer),
             "chat_template": self.use_chat_template and self.has_chat_template,
         }
@@ -224,6 +228,8 @@ def load_model(spec: str, options: LoadOptions = LoadOptions(), progress: Progre
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from .cpu_linear import install_cpu_linear
+
     resolved = resolve_spec(spec)
     if resolved.kind == "tokenizer":
         raise ModelLoadError(
@@ -231,6 +237,8 @@ def load_model(spec: str, options: LoadOptions = LoadOptions(), progress: Progre
         )
     if not (isinstance(options.device, str) and isinstance(options.dtype, str)):
         raise ModelLoadError("load_model loads one model: give it one device and one dtype (load_models takes lists)")
+    if options.cpu_linear not in CPU_LINEAR_MODES:
+        raise ModelLoadError(f"--cpu-linear is one of {', '.join(CPU_LINEAR_MODES)}, not {options.cpu_linear!r}")
     device = pick_device(options.device)
     if options.cpu_int8 and device != "cpu":
         raise ModelLoadError(
@@ -268,6 +276,10 @@ def load_model(spec: str, options: LoadOptions = LoadOptions(), progress: Progre
         if progress:
             progress(f"quantizing {resolved.short_name} to int8")
         model = quantize_int8(model)
+    cpu_linear = None
+    if device == "cpu" and not options.cpu_int8:
+        cpu_linear = options.cpu_linear
+        install_cpu_linear(model, cpu_linear)
     _mask_rows_past_tokenizer(model, len(tokenizer))
     return LoadedModel(
         spec=resolved,
@@ -279,6 +291,7 @@ def load_model(spec: str, options: LoadOptions = LoadOptions(), progress: Progre
         use_chat_template=options.chat_template,
         eos_ids=_eos_ids(model, tokenizer),
         int8=options.cpu_int8,
+        cpu_linear=cpu_linear,
     )
 
 

@@ -50,6 +50,7 @@ class HostedModel:
     device: str
     dtype: object
     int8: bool
+    cpu_linear: str | None
 
 
 class ModelHost(Replica):
@@ -63,7 +64,7 @@ class ModelHost(Replica):
     def describe(self) -> HostedModel:
         self.ready()
         lm = self._lm
-        return HostedModel(lm.name, lm.tokenizer, lm.model.config, lm.eos_ids, lm.device, lm.dtype, lm.int8)
+        return HostedModel(lm.name, lm.tokenizer, lm.model.config, lm.eos_ids, lm.device, lm.dtype, lm.int8, lm.cpu_linear)
 
     def next_token_logits(self, session_id: str, ids: list[int], starts: list[int], forget: int | None, first: bool):
         """A session's logits (its stats after the call ride along); `first` opens it."""
@@ -202,6 +203,7 @@ def load_ray_model(spec: str, options: LoadOptions = LoadOptions(), progress=Non
         use_chat_template=options.chat_template,
         eos_ids=hosted.eos_ids,
         int8=hosted.int8,
+        cpu_linear=hosted.cpu_linear,
         actor=actor,
         placement=placement,
     )

@@ -34,7 +34,7 @@ from .schemas import ChatRequest, CompletionRequest, Sampling
 
 logger = logging.getLogger(__name__)
 
-FIXED_OPTIONS = ("models", "devices", "dtype", "trust_remote_code", "no_chat_template", "cpu_int8")
+FIXED_OPTIONS = ("models", "devices", "dtype", "trust_remote_code", "no_chat_template", "cpu_int8", "cpu_linear")
 """Decoding options that belong to the server's loaded models, not to a request."""
 
 

@@ -1,0 +1,76 @@
+"""Linear layers for decoding on a CPU, where a step is bound by reading the weights from memory.
+
+A decode step multiplies a few rows (one per run, a handful of drafted tokens) by every weight matrix.
+`nn.Linear` computes `x @ W.T`; for one row that is a matrix-vector product, and for 2–16 rows the
+BLAS packs W first; on a 2-core EPYC both streamed cold weights at about 10 GB/s. The same product
+written `(W @ x.T).T`, with one row padded to two, is a plain GEMM over W's rows and streams about
+28 GB/s: SmolLM2's 30 layers of `gate_proj` went from 20.8 ms to 7.3 ms at two rows, and at no row
+count up to 128 was it slower (`benchmarks/batch_speed.py` measures the whole step). The sum runs in a
+different order, so logits move by ~1e-6 (a near-tie can flip); `--cpu-linear torch` keeps
+transformers' own layers.
+
+`int8-head` adds weight-only int8 with per-row scales for the output layer (gpt-fast's scheme:
+activations stay in bf16, so nothing is quantized on the fly): Gemma's 262k-row head is a third of its
+step in fp32.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def _rows(x: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """x as [rows, features], and whether a zero row was added (a single row is padded to two)."""
+    flat = x.reshape(-1, x.shape[-1])
+    if flat.shape[0] == 1:
+        return torch.cat([flat, torch.zeros_like(flat)]), True
+    return flat, False
+
+
+class StreamedLinear(nn.Linear):
+    """`nn.Linear` with the same weights, computed as `(W @ x.T).T`."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat, padded = _rows(x)
+        out = (self.weight @ flat.T).T
+        if padded:
+            out = out[:1]
+        if self.bias is not None:
+            out = out + self.bias
+        return out.reshape(*x.shape[:-1], out.shape[-1])
+
+
+class Int8WeightLinear(nn.Module):
+    """Weights in int8 with one fp32 scale per output row; inputs cast to bf16 (the fast kernel's form);
+    outputs back in the input's dtype."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        weight = linear.weight.detach().float()
+        scales = weight.abs().amax(dim=1).clamp(min=1e-12) / 127
+        self.register_buffer("weight_int8", torch.round(weight / scales[:, None]).clamp(-127, 127).to(torch.int8))
+        self.register_buffer("scales", scales.to(torch.bfloat16))
+        self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach().clone(), requires_grad=False)
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
+        out = torch._weight_int8pack_mm(flat, self.weight_int8, self.scales).to(x.dtype)
+        if self.bias is not None:
+            out = out + self.bias
+        return out.reshape(*x.shape[:-1], out.shape[-1])
+
+
+def install_cpu_linear(model: nn.Module, mode: str) -> None:
+    """Swap the model's fp32 `nn.Linear` layers for those of `mode` (one of `models.CPU_LINEAR_MODES`), in
+    place. The weights are shared, so a head tied to the embeddings stays tied; int8-head gives the head
+    int8 weights of its own."""
+    if mode == "torch":
+        return
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    for module in model.modules():
+        if type(module) is nn.Linear and module.weight.dtype == torch.float32:
+            module.__class__ = StreamedLinear
+    if mode == "int8-head" and isinstance(head, nn.Linear):
+        model.set_output_embeddings(Int8WeightLinear(head))

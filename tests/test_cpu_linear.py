@@ -1,0 +1,94 @@
+"""The CPU linear layers: the same products as nn.Linear (streamed), close ones (int8 head), and where they go."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from safe_engine.cpu_linear import Int8WeightLinear, StreamedLinear, install_cpu_linear
+from safe_engine.errors import ModelLoadError
+from safe_engine.models import LoadOptions, load_model
+from tests.tiny_models import tiny_model_folder, unigram_tokenizer
+
+
+@pytest.mark.parametrize("shape", [(7,), (1, 7), (1, 1, 7), (3, 7), (2, 5, 7), (1, 40, 7)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_streamed_linear_computes_what_nn_linear_computes(shape, bias):
+    torch.manual_seed(0)
+    reference = nn.Linear(7, 11, bias=bias)
+    streamed = nn.Linear(7, 11, bias=bias)
+    streamed.load_state_dict(reference.state_dict())
+    streamed.__class__ = StreamedLinear
+    x = torch.randn(shape)
+    out = streamed(x)
+    assert out.shape == reference(x).shape == (*shape[:-1], 11)
+    torch.testing.assert_close(out, reference(x), rtol=1e-5, atol=1e-6)
+
+
+def test_a_single_row_is_padded_not_changed():
+    """One row goes through the two-row product; its answer is the first row's, not the padding's."""
+    torch.manual_seed(1)
+    layer = nn.Linear(16, 32)
+    layer.__class__ = StreamedLinear
+    x = torch.randn(1, 16)
+    torch.testing.assert_close(layer(x)[0], layer(torch.cat([x, torch.randn(1, 16)]))[0], rtol=1e-5, atol=1e-6)
+
+
+def test_int8_weights_keep_the_products_close_and_the_argmax():
+    torch.manual_seed(2)
+    head = nn.Linear(64, 500, bias=False)
+    quantized = Int8WeightLinear(head)
+    assert quantized.weight_int8.dtype == torch.int8 and quantized.scales.shape == (500,)
+    x = torch.randn(4, 3, 64)
+    exact, close = head(x), quantized(x)
+    assert close.dtype == x.dtype and close.shape == exact.shape
+    assert (close - exact).abs().max() < 0.03 * exact.abs().max()
+    assert torch.equal(close.argmax(-1), exact.argmax(-1))
+
+
+def _folder(tmp_path):
+    return tiny_model_folder(tmp_path / "m", unigram_tokenizer(["the", "cat"]))
+
+
+def _linear_types(model) -> set[type]:
+    return {type(m) for m in model.modules() if isinstance(m, nn.Linear | Int8WeightLinear)}
+
+
+def test_cpu_models_load_with_streamed_linears_by_default_and_torch_keeps_nn_linear(tmp_path):
+    folder = _folder(tmp_path)
+    streamed = load_model(str(folder), LoadOptions(device="cpu"))
+    plain = load_model(str(folder), LoadOptions(device="cpu", cpu_linear="torch"))
+    assert _linear_types(streamed.model) == {StreamedLinear}
+    assert _linear_types(plain.model) == {nn.Linear}
+    assert streamed.describe()["cpu_linear"] == "streamed" and plain.describe()["cpu_linear"] == "torch"
+    ids = torch.tensor([[3, 5, 7, 9, 4]])
+    with torch.inference_mode():
+        torch.testing.assert_close(streamed.model(ids).logits, plain.model(ids).logits, rtol=1e-4, atol=1e-5)
+
+
+def test_int8_head_swaps_only_the_output_layer(tmp_path):
+    lm = load_model(str(_folder(tmp_path)), LoadOptions(device="cpu", cpu_linear="int8-head"))
+    assert isinstance(lm.model.get_output_embeddings(), Int8WeightLinear)
+    body = {type(m) for name, m in lm.model.named_modules() if isinstance(m, nn.Linear)}
+    assert body == {StreamedLinear}
+    ids = torch.tensor([[3, 5, 7]])
+    with torch.inference_mode():
+        assert lm.model(ids).logits.shape[-1] == lm.model.config.vocab_size
+
+
+def test_int8_dynamic_takes_precedence_and_says_so(tmp_path):
+    lm = load_model(str(_folder(tmp_path)), LoadOptions(device="cpu", cpu_int8=True))
+    assert lm.cpu_linear is None and lm.describe()["dtype"] == "int8"
+    assert StreamedLinear not in _linear_types(lm.model)
+
+
+def test_an_unknown_mode_is_a_clear_load_error(tmp_path):
+    with pytest.raises(ModelLoadError, match="--cpu-linear is one of streamed, int8-head, torch"):
+        load_model(str(_folder(tmp_path)), LoadOptions(device="cpu", cpu_linear="fast"))
+
+
+def test_install_leaves_other_dtypes_alone():
+    model = nn.Sequential(nn.Linear(4, 4).to(torch.bfloat16), nn.Linear(4, 4))
+    install_cpu_linear(model, "streamed")
+    assert [type(m) for m in model] == [nn.Linear, StreamedLinear]
