@@ -81,8 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--cpu-linear",
         choices=CPU_LINEAR_MODES,
-        default="streamed",
-        help="fp32 linear layers on the CPU: streamed (default), int8-head (int8 output layer) or torch",
+        default="int8-head",
+        help="linear layers on the CPU: int8-head (default: an int8 output layer), streamed (all fp32) or torch",
     )
     parser.add_argument(
         "--devices",

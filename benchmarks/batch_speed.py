@@ -147,9 +147,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _serve_app(port: int) -> subprocess.Popen:
+def _serve_app(port: int, cpu_linear: str) -> subprocess.Popen:
     app = subprocess.Popen(
-        [sys.executable, "app.py", "--port", str(port)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [sys.executable, "app.py", "--port", str(port), "--cpu-linear", cpu_linear],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
@@ -191,7 +194,7 @@ def app_section(args) -> dict:
     prompts = KEPT + HARD
     settings = astuple(RunSettings.defaults(list(DEFAULT_MODELS), "safe", args.app_tokens))
     port = _free_port()
-    app = _serve_app(port)
+    app = _serve_app(port, args.cpu_linear)
     try:
         url = f"http://127.0.0.1:{port}/"
         Client(url, verbose=False).predict(prompts[0], *settings, api_name="/generate")  # loads, warms the models
@@ -252,12 +255,15 @@ def main(argv=None) -> int:
     parser.add_argument("--bench-strategies", default="safe")
     parser.add_argument("--bench-limit", type=int, default=10, help="bench: items of each of the four sets")
     parser.add_argument("--bench-tokens", type=int, default=24)
+    parser.add_argument(
+        "--cpu-linear", default="streamed", help="the models' CPU linear layers (default: fp32, as the targets are)"
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     sections = set(args.sections.split(","))
     report = {}
     if sections & {"engine", "bench"}:
-        models = load_models(list(DEFAULT_MODELS), LoadOptions(device="cpu"))
+        models = load_models(list(DEFAULT_MODELS), LoadOptions(device="cpu", cpu_linear=args.cpu_linear))
     if "engine" in sections:
         report |= engine_section(args, models)
     if "app" in sections:

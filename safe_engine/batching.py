@@ -13,8 +13,10 @@ logits; each request goes to its model's `ModelExecutor`, shared by the whole pr
   are read once), so waiting up to half a pass for a run still computing pays; the wait ends as soon as
   every run holding M is waiting somewhere;
 - a pass takes the pending requests oldest first, up to `max_rows` runs and `max_tokens` new tokens;
-- passes on one device run one at a time (a lock per device): the cores are shared anyway, and
-  requests that arrive meanwhile join the next pass.
+- passes on one device run one at a time: the cores are shared anyway, and requests that arrive
+  meanwhile join the next pass. When several models on a device are due, the one with the most rows
+  waiting goes first, unless another has been passed over `Scheduler.patience` times: runs that wait
+  on the verifier while others still draft then verify together, in one pass instead of several.
 
 The thread whose request makes a pass due runs it (no scheduler thread). A pass that raises is
 retried row by row, so a failing run fails alone with its own error.
@@ -39,12 +41,14 @@ _PLACEHOLDER_MASK = torch.ones(1, 1, 1, 1, dtype=torch.bool)  # a prepared 4D ma
 class Scheduler:
     """The process-wide state the executors share: which runs are computing, one lock per device."""
 
-    def __init__(self, max_wait_s=0.02, max_rows=16, max_tokens=2048, keep_free=8, keep_free_bytes=256 * 2**20):
-        self.max_wait_s, self.max_rows, self.max_tokens = max_wait_s, max_rows, max_tokens
+    def __init__(
+        self, max_wait_s=0.02, max_rows=16, max_tokens=2048, patience=4, keep_free=8, keep_free_bytes=256 * 2**20
+    ):
+        self.max_wait_s, self.max_rows, self.max_tokens, self.patience = max_wait_s, max_rows, max_tokens, patience
         self.keep_free, self.keep_free_bytes = keep_free, keep_free_bytes  # free slots kept per model, at most
         self.changed = threading.Condition()  # guards everything below and every executor's queue
         self.busy: set[ActiveRun] = set()
-        self._devices: dict[str, threading.Lock] = {}
+        self._using: dict[str, object] = {}  # device -> who holds it (an executor's pass, or `device()`)
         self.freed: dict[str, float] = {}  # device -> when its last pass ended
         self._executors: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.runs: weakref.WeakSet[ActiveRun] = weakref.WeakSet()  # runs that opened a session
@@ -65,10 +69,42 @@ class Scheduler:
     @contextmanager
     def device(self, device: str) -> Iterator[None]:
         """Hold the device: passes on it wait (tests use this to gather requests into one pass)."""
+        holder, device = object(), str(device)
         with self.changed:
-            lock = self._devices.setdefault(str(device), threading.Lock())
-        with lock:
+            self.changed.wait_for(lambda: device not in self._using)
+            self._using[device] = holder
+        try:
             yield
+        finally:
+            self._release(device)
+
+    def _release(self, device: str) -> None:
+        with self.changed:
+            del self._using[device]
+            self.freed[device] = time.perf_counter()
+            self.changed.notify_all()
+
+    def _turn(self, executor: ModelExecutor) -> bool:
+        """Whether the due `executor` may take its device now (called under the lock): the device is free
+        and no other due executor on it comes first (passed over `patience` times, then more rows waiting,
+        then the older request)."""
+        device = str(executor.device)
+        if device in self._using:
+            return False
+        rivals = [e for e in self._executors.values() if str(e.device) == device and e is not executor and e._due()]
+
+        def rank(e: ModelExecutor):
+            return (e.passed_over >= self.patience, len(e.queue), -e.queue[0].submitted, id(e))
+
+        return all(rank(executor) > rank(e) for e in rivals)
+
+    def _take_device(self, executor: ModelExecutor) -> None:
+        device = str(executor.device)
+        self._using[device] = executor
+        for e in self._executors.values():
+            if str(e.device) == device and e is not executor and e._due():
+                e.passed_over += 1
+        executor.passed_over = 0
 
     def set_busy(self, run: ActiveRun, busy: bool) -> None:
         """A thread of the run starts (True) or stops (False) computing: the run is busy while any of its
@@ -110,7 +146,7 @@ class ModelExecutor:
         self._model = weakref.ref(lm.model)  # the scheduler's registry must not keep a model alive
         self.device, self.name = lm.device, lm.name
         self.queue: list[Request] = []
-        self.firing = False
+        self.passed_over = 0  # passes of other models on the device that went while this one was due
         self.live: weakref.WeakSet[KVSlot] = weakref.WeakSet()
         self.free: list[KVSlot] = []
         self.recent_pass_s: float | None = None
@@ -148,17 +184,19 @@ class ModelExecutor:
             self.scheduler.set_busy(request.run, False)  # this thread of the run now waits
             try:
                 while not request.done:
-                    if self.firing or not self._due():
-                        changed.wait(None if self.firing or not self.queue else self._time_left())
+                    if not self._due():
+                        changed.wait(self._time_left() if self.queue else None)
                         continue
-                    self.firing = True
+                    if not self.scheduler._turn(self):
+                        changed.wait(self.scheduler.max_wait_s)  # woken when the device frees; the timeout is a net
+                        continue
+                    self.scheduler._take_device(self)
+                    batch = self._take()
                     changed.release()
                     try:
-                        self._fire()
+                        self._fire(batch)
                     finally:
                         changed.acquire()
-                        self.firing = False
-                        changed.notify_all()
             finally:
                 if not request.done and request in self.queue:  # interrupted while waiting
                     self.queue.remove(request)
@@ -195,28 +233,23 @@ class ModelExecutor:
             tokens += len(taken[-1].chunk)
         return taken
 
-    def _fire(self) -> None:
-        with self.scheduler.device(self.device):
+    def _fire(self, batch: list[Request]) -> None:
+        """Run the pass on the device this executor holds, then hand the device back. Due is decided with
+        the device taken, under the lock, so runs answered by the pass just ended (computing from that
+        moment) are not left behind: two runs alternating between two models fall into step."""
+        try:
+            self._answer(batch)
+        except BaseException as exc:  # interrupted: no request may wait forever
+            for request in batch:
+                request.error = request.error or RuntimeError(f"the forward pass was interrupted: {exc!r}")
+            raise
+        finally:
             with self.scheduler.changed:
-                # Due again now that the device is ours: runs answered by the pass we waited behind are
-                # computing and may be about to ask this model too (else two runs alternating between
-                # two models stay out of step for good).
-                while not self._due():
-                    self.scheduler.changed.wait(max(self._time_left(), 1e-4))
-                batch = self._take()
-            try:
-                self._answer(batch)
-            except BaseException as exc:  # interrupted: no request may wait forever
                 for request in batch:
-                    request.error = request.error or RuntimeError(f"the forward pass was interrupted: {exc!r}")
-                raise
-            finally:
-                with self.scheduler.changed:
-                    for request in batch:
-                        request.done = True
-                        self.scheduler.set_busy(request.run, True)  # it computes from here, not once it wakes
-                        request.resumed = True
-                    self.scheduler.freed[str(self.device)] = time.perf_counter()
+                    request.done = True
+                    self.scheduler.set_busy(request.run, True)  # it computes from here, not once it wakes
+                    request.resumed = True
+                self.scheduler._release(str(self.device))
 
     def _answer(self, batch: list[Request]) -> None:
         """One pass for the batch; if it raises, each request alone (one run's error stays its own)."""

@@ -21,7 +21,7 @@ DEFAULT_MODELS = ("embedded:gemma-3-270m", "embedded:smollm2-135m-instruct")
 
 RAY_PREFIX = "ray:"
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-CPU_LINEAR_MODES = ("streamed", "int8-head", "torch")  # cpu_linear.py; --cpu-linear
+CPU_LINEAR_MODES = ("int8-head", "streamed", "torch")  # cpu_linear.py; --cpu-linear
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
@@ -128,7 +128,7 @@ class LoadOptions:
     chat_template: bool = True
     attn_implementation: str | None = None
     cpu_int8: bool = False  # int8 weights, dynamically quantized activations (every Linear layer, the LM head included)
-    cpu_linear: str = "streamed"  # fp32 linears on the CPU (`cpu_linear.py`): streamed, int8-head or torch
+    cpu_linear: str = "int8-head"  # linear layers on the CPU (`cpu_linear.py`): int8-head, streamed or torch
 
 
 @dataclass

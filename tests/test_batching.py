@@ -181,6 +181,41 @@ def test_the_fire_rule(tiny):
     session.close()
 
 
+def test_the_device_goes_to_the_model_with_most_rows_waiting_unless_another_was_passed_over(pair):
+    """Two models due on one device: the one with more rows waiting goes first, so runs waiting on the
+    verifier gather while others still draft; one passed over `patience` times goes first; none while the
+    device is held."""
+    drafter, verifier = (SCHEDULER.executor(lm) for lm in pair)
+    now = time.perf_counter()
+
+    def requests(count, age):
+        return [Request(ActiveRun(SCHEDULER), KVSlot(), 0, [3], [0], submitted=now - age) for _ in range(count)]
+
+    with SCHEDULER.changed:
+        drafter.queue += requests(1, age=2.0)  # older, but alone
+        verifier.queue += requests(3, age=1.0)
+        try:
+            assert drafter._due() and verifier._due()
+            assert SCHEDULER._turn(verifier) and not SCHEDULER._turn(drafter)
+            SCHEDULER._take_device(verifier)
+            assert drafter.passed_over == 1 and not SCHEDULER._turn(drafter)  # the device is in use
+            SCHEDULER._release(str(verifier.device))
+            drafter.passed_over = SCHEDULER.patience
+            assert SCHEDULER._turn(drafter) and not SCHEDULER._turn(verifier)
+            drafter.queue.clear()
+            assert SCHEDULER._turn(verifier)  # no rival left
+        finally:
+            drafter.queue.clear()
+            verifier.queue.clear()
+            drafter.passed_over = verifier.passed_over = 0
+    with SCHEDULER.device(drafter.device), SCHEDULER.changed:
+        verifier.queue += requests(1, age=1.0)
+        try:
+            assert verifier._due() and not SCHEDULER._turn(verifier)
+        finally:
+            verifier.queue.clear()
+
+
 def test_a_bad_id_fails_its_own_request_only(tiny):
     good, bad = ModelSession(tiny), ModelSession(tiny)
     with pytest.raises(ValueError, match="vocabulary"):

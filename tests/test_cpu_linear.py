@@ -55,9 +55,9 @@ def _linear_types(model) -> set[type]:
     return {type(m) for m in model.modules() if isinstance(m, nn.Linear | Int8WeightLinear)}
 
 
-def test_cpu_models_load_with_streamed_linears_by_default_and_torch_keeps_nn_linear(tmp_path):
+def test_streamed_linears_compute_what_transformers_layers_compute(tmp_path):
     folder = _folder(tmp_path)
-    streamed = load_model(str(folder), LoadOptions(device="cpu"))
+    streamed = load_model(str(folder), LoadOptions(device="cpu", cpu_linear="streamed"))
     plain = load_model(str(folder), LoadOptions(device="cpu", cpu_linear="torch"))
     assert _linear_types(streamed.model) == {StreamedLinear}
     assert _linear_types(plain.model) == {nn.Linear}
@@ -67,8 +67,9 @@ def test_cpu_models_load_with_streamed_linears_by_default_and_torch_keeps_nn_lin
         torch.testing.assert_close(streamed.model(ids).logits, plain.model(ids).logits, rtol=1e-4, atol=1e-5)
 
 
-def test_int8_head_swaps_only_the_output_layer(tmp_path):
-    lm = load_model(str(_folder(tmp_path)), LoadOptions(device="cpu", cpu_linear="int8-head"))
+def test_cpu_models_load_with_an_int8_head_by_default_the_rest_streamed(tmp_path):
+    lm = load_model(str(_folder(tmp_path)), LoadOptions(device="cpu"))
+    assert lm.describe()["cpu_linear"] == "int8-head"
     assert isinstance(lm.model.get_output_embeddings(), Int8WeightLinear)
     body = {type(m) for name, m in lm.model.named_modules() if isinstance(m, nn.Linear)}
     assert body == {StreamedLinear}
@@ -84,7 +85,7 @@ def test_int8_dynamic_takes_precedence_and_says_so(tmp_path):
 
 
 def test_an_unknown_mode_is_a_clear_load_error(tmp_path):
-    with pytest.raises(ModelLoadError, match="--cpu-linear is one of streamed, int8-head, torch"):
+    with pytest.raises(ModelLoadError, match="--cpu-linear is one of int8-head, streamed, torch"):
         load_model(str(_folder(tmp_path)), LoadOptions(device="cpu", cpu_linear="fast"))
 
 
