@@ -64,7 +64,9 @@ class ModelHost(Replica):
     def describe(self) -> HostedModel:
         self.ready()
         lm = self._lm
-        return HostedModel(lm.name, lm.tokenizer, lm.model.config, lm.eos_ids, lm.device, lm.dtype, lm.int8, lm.cpu_linear)
+        return HostedModel(
+            lm.name, lm.tokenizer, lm.model.config, lm.eos_ids, lm.device, lm.dtype, lm.int8, lm.cpu_linear
+        )
 
     def next_token_logits(self, session_id: str, ids: list[int], starts: list[int], forget: int | None, first: bool):
         """A session's logits (its stats after the call ride along); `first` opens it."""
