@@ -18,6 +18,7 @@ import pytest
 
 from safe_engine import decoding
 from safe_engine.compare import load_models
+from safe_engine.models import DEFAULT_MODELS, LoadOptions
 from safe_engine.runtime import SCHEDULER
 
 BATCHED = os.environ.get("SAFE_TEST_BATCHED") == "1"
@@ -104,6 +105,12 @@ def gemma():
 @pytest.fixture(scope="session")
 def smollm():
     return load_models(["embedded:smollm2-135m-instruct"])[0]
+
+
+@pytest.fixture(scope="session")
+def fp32_pair():
+    """The pair all fp32 (`--cpu-linear streamed`): for comparing logits tightly (the default int8 head's are bf16)."""
+    return load_models(list(DEFAULT_MODELS), LoadOptions(cpu_linear="streamed"))
 
 
 @pytest.fixture(scope="session")

@@ -358,8 +358,9 @@ def test_a_model_that_bypasses_the_slots_is_refused():
 
 
 @pytest.mark.real_models
-def test_real_gemma_rows_past_its_sliding_window(gemma):
+def test_real_gemma_rows_past_its_sliding_window(fp32_pair):
     """Two long rows (past Gemma's 512-token window) and a short one in shared passes, with a rollback."""
+    gemma = fp32_pair[0]
     long_a = gemma.encode_prompt("Count slowly: " + " ".join(str(i) for i in range(170)))
     long_b = gemma.encode_prompt("Count quickly: " + " ".join(str(i) for i in range(160, 0, -1)))
     short = gemma.encode_prompt("The capital of Madagascar is")

@@ -8,9 +8,9 @@ from safe_engine.embedded import PROBE_FILE, converted_dir, is_converted
 pytestmark = pytest.mark.real_models
 
 
-@pytest.mark.parametrize("fixture, name", [("gemma", "gemma-3-270m"), ("smollm", "smollm2-135m-instruct")])
-def test_reload_gives_the_gguf_logits(request, fixture, name):
-    lm = request.getfixturevalue(fixture)  # loaded from the cache folder (converting first if needed)
+@pytest.mark.parametrize("index, name", [(0, "gemma-3-270m"), (1, "smollm2-135m-instruct")])
+def test_reload_gives_the_gguf_logits(fp32_pair, index, name):
+    lm = fp32_pair[index]  # loaded from the cache folder (converting first if needed), all fp32
     assert is_converted(name)
     probe = torch.load(converted_dir(name) / PROBE_FILE)  # logits taken from the GGUF-loaded model
     with torch.inference_mode():

@@ -57,7 +57,7 @@ def test_each_model_loads_with_its_own_dtype_and_says_so(specs):
 
 
 def test_parameters_are_counted_without_loading_weights(specs):
-    model = load_model(specs[0])
+    model = load_model(specs[0], LoadOptions(cpu_linear="streamed"))  # an int8 head holds buffers, not parameters
     assert parameter_count(specs[0]) == sum(p.numel() for p in model.model.parameters())
 
 

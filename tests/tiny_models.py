@@ -8,7 +8,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from safe_engine.models import LoadedModel, load_model
+from safe_engine.models import LoadedModel, LoadOptions, load_model
 
 EOS = "</s>"
 
@@ -90,4 +90,5 @@ def tiny_model_folder(
 
 
 def tiny_model(folder: Path, tokenizer, **kwargs) -> LoadedModel:
-    return load_model(str(tiny_model_folder(folder, tokenizer, **kwargs)))
+    """Loaded all fp32 (`streamed`), so tests can compare its logits to 1e-4 (an int8 head's are bf16)."""
+    return load_model(str(tiny_model_folder(folder, tokenizer, **kwargs)), LoadOptions(cpu_linear="streamed"))
