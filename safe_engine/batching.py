@@ -27,13 +27,13 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
 
-from .kv_slots import KVSlot, SlotBatch, SlotRow, install_slot_attention
+from .kv_slots import KVSlot, SlotBatch, SlotRow, common_prefix, install_slot_attention
 
 _PLACEHOLDER_MASK = torch.ones(1, 1, 1, 1, dtype=torch.bool)  # a prepared 4D mask stops transformers building one
 
@@ -42,8 +42,16 @@ class Scheduler:
     """The process-wide state the executors share: which runs are computing, one lock per device."""
 
     def __init__(
-        self, max_wait_s=0.02, max_rows=16, max_tokens=2048, patience=4, keep_free=8, keep_free_bytes=256 * 2**20
+        self,
+        max_wait_s=0.02,
+        max_rows=16,
+        max_tokens=2048,
+        patience=4,
+        keep_free=8,
+        keep_free_bytes=256 * 2**20,
+        min_shared=8,
     ):
+        self.min_shared = min_shared  # prompt tokens a run must share with a free slot to adopt its prefix
         self.max_wait_s, self.max_rows, self.max_tokens, self.patience = max_wait_s, max_rows, max_tokens, patience
         self.keep_free, self.keep_free_bytes = keep_free, keep_free_bytes  # free slots kept per model, at most
         self.changed = threading.Condition()  # guards everything below and every executor's queue
@@ -154,16 +162,33 @@ class ModelExecutor:
         install_slot_attention(lm.model)
 
     # ------------------------------------------------------------ slots
-    def take_slot(self) -> KVSlot:
+    def take_slot(self, ids: Sequence[int] = ()) -> tuple[KVSlot, int]:
+        """A slot for a run about to feed `ids`, and how many of them it already holds: the free slot
+        whose tokens share the longest prefix with `ids` (at least `Scheduler.min_shared`, never all: the
+        last id is fed for its logits), its keys and values for that prefix kept; else a free slot
+        emptied, or a new one. Free slots only: no pass writes into them, so a prefix cannot change while
+        it is adopted."""
         with self.scheduler.changed:
-            slot = self.free.pop() if self.free else KVSlot()
+            slot, shared = None, 0
+            for candidate in self.free:
+                n = min(common_prefix(candidate.ids, ids), len(ids) - 1)
+                if n >= max(shared + 1, self.scheduler.min_shared):
+                    slot, shared = candidate, n
+            if slot is not None:
+                self.free.remove(slot)
+            elif self.free:
+                slot = self.free.pop()
+            else:
+                slot = KVSlot()
             self.live.add(slot)
-        slot.length = 0
-        return slot
+        slot.length, slot.ids = shared, []
+        return slot, shared
 
-    def release(self, slot: KVSlot) -> None:
-        """A closed run's slot: kept (buffers and all) for the next run, up to `keep_free` of them and
-        `keep_free_bytes` in all; otherwise its memory is freed."""
+    def release(self, slot: KVSlot, ids: Sequence[int] = ()) -> None:
+        """A closed run's slot, holding `ids`: kept (buffers and all) for the next run, up to `keep_free` of
+        them and `keep_free_bytes` in all (a run whose prompt starts the same way adopts its prefix);
+        otherwise its memory is freed."""
+        slot.ids = list(ids[: slot.length])
         with self.scheduler.changed:
             self.live.discard(slot)
             kept = sum(s.nbytes for s in self.free) + slot.nbytes

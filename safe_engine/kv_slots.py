@@ -33,6 +33,7 @@ class KVSlot:
         self.layers: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.length = 0
         self.layers_written = 0  # layers that wrote into the slot during the current pass
+        self.ids: list[int] = []  # a free slot's tokens at positions 0..length-1 (set when its run closes)
 
     def write(self, layer: int, keys: torch.Tensor, values: torch.Tensor, at: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Store keys/values [kv heads, count, head dim] at positions at..at+count-1 of `layer`; returns
@@ -52,6 +53,14 @@ class KVSlot:
     @property
     def nbytes(self) -> int:
         return sum(k.nbytes + v.nbytes for k, v in self.layers)
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
 
 
 def _empty_like(states: torch.Tensor, length: int) -> torch.Tensor:

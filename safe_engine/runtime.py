@@ -7,7 +7,9 @@ from memory, so a drafted token that survives a round is never recomputed.
 
 The feeding goes through the model's batching executor (`batching.py`): whatever other runs wait on
 the same model at the same moment share the pass, each with its own slot (`kv_slots.py`); a run alone
-is a pass of one. Close a session (or use it as a context manager) to hand its slot back.
+is a pass of one. Close a session (or use it as a context manager) to hand its slot back: a later run
+whose prompt starts with the same tokens (a chat template's system turn, a benchmark's instructions,
+few-shot examples) adopts that slot and feeds only the rest.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from .batching import ActiveRun, Request, Scheduler
+from .kv_slots import KVSlot, common_prefix
 from .models import LoadedModel
 
 SCHEDULER = Scheduler()
@@ -29,19 +32,12 @@ def runs_sharing(models: Sequence[LoadedModel]) -> int:
     return SCHEDULER.runs_on(models)
 
 
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
-
-
 @dataclass
 class ForwardStats:
     """A session's forward passes. `seconds` is the wall time of the passes it took part in (the other
     rows' work included); `rows` sums the runs sharing each of them, so rows / passes is the mean batch;
-    `wait_seconds` is the time its requests waited for a pass to start."""
+    `wait_seconds` is the time its requests waited for a pass to start; `reused` counts prompt positions whose
+    keys and values came from a finished run's slot instead of a pass (`ModelExecutor.take_slot`)."""
 
     passes: int = 0
     positions: int = 0
@@ -49,6 +45,7 @@ class ForwardStats:
     rows: int = 0
     wait_seconds: float = 0.0
     logit_bytes: int = 0  # logits handed from the model's device to the host (full-vocabulary rows, its dtype)
+    reused: int = 0
 
 
 class ModelSession:
@@ -58,7 +55,8 @@ class ModelSession:
         self.stats = ForwardStats()
         self._memo: dict[int, torch.Tensor] = {}  # start index -> logits (fp32, CPU)
         self.executor = SCHEDULER.executor(lm)
-        self._slot = self.executor.take_slot()
+        self._slot: KVSlot | None = None  # taken at the first feed, when the prompt is known
+        self._closed = False
         self._run = ActiveRun.current(SCHEDULER)
         self._run.attach(self)
         self._vocab_size = getattr(getattr(lm.model, "config", None), "vocab_size", None)
@@ -71,15 +69,20 @@ class ModelSession:
 
     def close(self) -> None:
         """Hand the slot back (idempotent); the session cannot compute afterwards."""
-        if self._slot is not None:
-            self.executor.release(self._slot)
-            self._slot = None
+        if not self._closed:
+            self._closed = True
+            if self._slot is not None:
+                self.executor.release(self._slot, self.cached_ids)
+                self._slot = None
             self._run.detach(self)
 
     def next_token_logits(self, ids: Sequence[int], starts: Sequence[int]) -> torch.Tensor:
         """Logits of the distribution of ids[t] given ids[:t], for each t in `starts` (1 ≤ t ≤ len(ids))."""
-        if self._slot is None:
+        if self._closed:
             raise RuntimeError(f"the session on {self.lm.name} is closed")
+        if self._slot is None:  # the first feed: a finished run's slot may hold the start of `ids`
+            self._slot, shared = self.executor.take_slot(ids)
+            self.cached_ids, self.stats.reused = [int(i) for i in ids[:shared]], shared
         keep = common_prefix(self.cached_ids, ids)
         if keep < min(len(self.cached_ids), len(ids)):  # diverged (a prefix of the cache needs no crop)
             self._truncate(keep)

@@ -145,11 +145,13 @@ def test_slots_are_reused_and_the_free_ones_bounded(tiny):
         first.next_token_logits(list(range(3, 13)), [10])
         slot = first._slot
     with ModelSession(tiny) as second:
-        assert second._slot is slot and slot.length == 0
         torch.testing.assert_close(
             second.next_token_logits([5, 6, 7], [3]), full_forward(tiny, [5, 6, 7], [3]), atol=1e-4, rtol=1e-4
         )
+        assert second._slot is slot and slot.length == 3
     many = [ModelSession(tiny) for _ in range(SCHEDULER.keep_free + 3)]
+    for session in many:
+        session.next_token_logits([5], [1])  # a session takes its slot at its first feed
     for session in many:
         session.close()
     assert len(executor.free) == SCHEDULER.keep_free and not executor.live
@@ -214,6 +216,32 @@ def test_the_device_goes_to_the_model_with_most_rows_waiting_unless_another_was_
             assert verifier._due() and not SCHEDULER._turn(verifier)
         finally:
             verifier.queue.clear()
+
+
+def test_a_run_adopts_the_prompt_prefix_a_finished_run_left(tiny):
+    """A finished run's slot keeps its tokens' keys and values; a run whose prompt starts the same way
+    feeds only the rest and gets the logits of a fresh forward; one sharing too little feeds it all."""
+    executor = SCHEDULER.executor(tiny)
+    executor.free.clear()
+    prefix = [5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
+    with ModelSession(tiny) as first:
+        first.next_token_logits(prefix + [3, 4], [12])
+    second = ModelSession(tiny)
+    ids = prefix + [9, 9, 8]
+    got = second.next_token_logits(ids, [3, len(ids)])  # a start inside the prefix is recomputed
+    assert second.stats.reused == len(prefix)
+    torch.testing.assert_close(got, full_forward(tiny, ids, [3, len(ids)]), atol=1e-4, rtol=1e-4)
+    again = ModelSession(tiny)
+    torch.testing.assert_close(again.next_token_logits(ids, [len(ids)]), got[1:], atol=1e-4, rtol=1e-4)
+    assert again.stats.reused == 0  # the slot holding the prefix is the open second run's: never shared
+    second.close()
+    again.close()
+    with ModelSession(tiny) as same:  # the very same prompt: every position but the last comes from a slot
+        same.next_token_logits(ids, [len(ids)])
+        assert same.stats.reused == len(ids) - 1 and same.stats.positions == 1
+    with ModelSession(tiny) as other:
+        other.next_token_logits(prefix[: SCHEDULER.min_shared - 1] + [3, 3, 3], [10])
+        assert other.stats.reused == 0
 
 
 def test_a_bad_id_fails_its_own_request_only(tiny):
@@ -335,7 +363,7 @@ def test_a_model_error_in_a_shared_pass_fails_only_its_row():
     )
     assert isinstance(errors[1], AssertionError) and "its own prompt" in str(errors[1])
     assert errors[0] is None and int(results[0][0].argmax()) == lm.model.token_id("Yes")
-    assert good.stats.passes == 1 and bad.stats.passes == 0 and bad._slot.length == 0
+    assert good.stats.passes == 1 and bad.stats.passes == 0 and bad._slot.length == 0  # nothing was written
     good.close()
     bad.close()
 
