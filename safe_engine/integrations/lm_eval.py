@@ -6,7 +6,7 @@
 
 Model args are the decoding options of ``python -m safe_engine generate`` (`options.py`: ``models`` with
 ``|`` between specs, since lm-eval splits on commas; ``strategy``, ``lookahead``, ``top_k``, ``weights``,
-``cpu_int8`` ...), plus ``concurrency`` (requests decoding at once, default 16) and ``provenance_file``
+``cpu_linear``, ``cpu_int8`` ...), plus ``concurrency`` (requests decoding at once, default 16) and ``provenance_file``
 (a JSONL side file: one line per request, keyed by task and doc id, with SAFE's provenance).
 
 - `generate_until`: every request of a call runs on its own thread through `safe_engine.decode`, so
