@@ -25,7 +25,6 @@ against batch 1, and how many rows equal batch 1's.
 from __future__ import annotations
 
 import argparse
-import json
 import resource
 import socket
 import statistics
@@ -42,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from safe_speed import HARD, KEPT  # noqa: E402
+from safe_speed import HARD, KEPT, write_json  # noqa: E402
 
 from components.settings import RunSettings  # noqa: E402
 from safe_engine import DecodeRequest, decode_many  # noqa: E402
@@ -280,12 +279,7 @@ def main(argv=None) -> int:
     if "bench" in sections:
         report["bench"] = bench_section(args, models)
     report["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    text = json.dumps(report, indent=2)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
-    else:
-        print(text)
+    write_json(report, args.out)
     return 0
 
 

@@ -14,7 +14,6 @@ predictions equal the torch mode's and the streamed mode's.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -26,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from safe_speed import HARD, KEPT  # noqa: E402
+from safe_speed import HARD, KEPT, write_json  # noqa: E402
 
 from safe_engine.bench import Bench, load_results, load_task  # noqa: E402
 from safe_engine.compare import load_models, warm_up  # noqa: E402
@@ -107,12 +106,7 @@ def main(argv=None) -> int:
             f"same as torch {row.get('same_as_torch')}",
             flush=True,
         )
-    text = json.dumps(report, indent=2)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
-    else:
-        print(text)
+    write_json(report, args.out)
     return 0
 
 

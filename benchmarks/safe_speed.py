@@ -56,6 +56,16 @@ HARD = [
 ]
 
 
+def write_json(report: dict, out: Path | None) -> None:
+    """A benchmark's report: to `out` (its folder made) or, without one, to stdout."""
+    text = json.dumps(report, indent=2)
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)
+    else:
+        print(text)
+
+
 def s_per_token(summary: dict) -> float:
     return summary["wall_s"] / max(summary["tokens"], 1)
 
