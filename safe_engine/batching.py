@@ -376,7 +376,10 @@ class ActiveRun:
             _CURRENT.run = previous
 
     def drive(self, events: Iterator) -> Iterator:
-        """Yield the run's events; computing while producing one; its sessions close when it ends."""
+        """Yield the run's events; computing while producing one; its sessions close when it ends (held here,
+        since the run's own objects go with its finished iterator, and a closed session's slot goes back
+        to its executor with its tokens, for the next run to reuse)."""
+        held: list = []
         try:
             while True:
                 previous, _CURRENT.run = getattr(_CURRENT, "run", None), self
@@ -388,10 +391,12 @@ class ActiveRun:
                 finally:
                     self.scheduler.set_busy(self, False)
                     _CURRENT.run = previous
+                held = list(self.sessions)
                 yield event
         finally:
             events.close()
             self.close()
+            del held
 
     @contextmanager
     def helper(self) -> Iterator[None]:
