@@ -284,6 +284,20 @@ def start_together(pair, requests, **kwargs):
     return handles
 
 
+def test_a_finished_decode_hands_its_slots_back_and_the_next_reuses_its_prompt(pair):
+    """The run's own objects go with its finished iterator; its slots must still reach the free list,
+    with their tokens, so the next run with the same prompt start feeds only the rest."""
+    config = DecodeConfig(strategy="safe", max_new_tokens=6)
+    for lm in pair:
+        SCHEDULER.executor(lm).free.clear()
+    first = list(decode(pair, PROMPTS[2], config))
+    assert all(SCHEDULER.executor(lm).free for lm in pair)
+    second = list(decode(pair, PROMPTS[2], config))
+    assert texts(second) == texts(first)
+    reused = {name: stats["reused"] for name, stats in second[-1].stats["forward"].items()}
+    assert all(n >= SCHEDULER.min_shared for n in reused.values()), reused
+
+
 def test_batched_runs_give_the_tokens_of_runs_alone(pair):
     requests = [
         DecodeRequest(prompt, DecodeConfig(strategy=strategy, max_new_tokens=20))
