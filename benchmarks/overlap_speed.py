@@ -12,7 +12,6 @@ per model.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from collections.abc import Sequence
@@ -20,6 +19,9 @@ from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from safe_speed import write_json  # noqa: E402
 
 from safe_engine.compare import load_models, summarize, warm_up  # noqa: E402
 from safe_engine.decoding import DecodeConfig, decode  # noqa: E402
@@ -88,10 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     warm_up(models, config)
     result = measure(models, PROMPTS[: args.prompts], variants(config))
     result |= {"models": [m.describe() for m in models], "max_new_tokens": args.max_new_tokens}
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n", encoding="utf-8")
+    write_json(result, args.out)
     return 0
 
 

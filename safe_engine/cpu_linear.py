@@ -43,8 +43,8 @@ class StreamedLinear(nn.Linear):
 
 
 class Int8WeightLinear(nn.Module):
-    """Weights in int8 with one fp32 scale per output row; inputs cast to bf16 (the fast kernel's form);
-    outputs back in the input's dtype."""
+    """Weights in int8 with one scale per output row (bf16, as the kernel takes them); inputs cast to bf16
+    (the fast kernel's form); outputs, bf16 values, back in the input's dtype."""
 
     def __init__(self, linear: nn.Linear):
         super().__init__()
