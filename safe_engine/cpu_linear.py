@@ -4,10 +4,14 @@ A decode step multiplies a few rows (one per run, a handful of drafted tokens) b
 `nn.Linear` computes `x @ W.T`; for one row that is a matrix-vector product, and for 2–16 rows the
 BLAS packs W first; on a 2-core EPYC both streamed cold weights at about 10 GB/s. The same product
 written `(W @ x.T).T`, with one row padded to two, is a plain GEMM over W's rows and streams about
-28 GB/s: SmolLM2's 30 layers of `gate_proj` went from 20.8 ms to 7.3 ms at two rows, and at no row
-count up to 128 was it slower (`benchmarks/batch_speed.py` measures the whole step). The sum runs in a
-different order, so logits move by ~1e-6 (a near-tie can flip); `--cpu-linear torch` keeps
-transformers' own layers.
+28 GB/s: SmolLM2's 30 layers of `gate_proj` went from 20.8 ms to 7.3 ms at two rows. From 4 rows on,
+that GEMM is compute-bound (MKL runs its skinny shapes at a third of the chip's peak: Gemma's head took
+54 ms at 8 rows, 22 ms at 2), while oneDNN's product over a copy of W prepacked in its blocked layout
+stays near the cost of reading W up to 16 rows (Gemma's head at 8 rows: 25 ms; its body's matrices
+20 ms against 47). So a streamed layer keeps both: the plain weight for 1–3 rows, the packed copy for
+4 or more (batched decode steps, a verifier's chunk, a prompt), at the price of a second copy of
+every fp32 matrix in memory. Sums run in other orders, so logits move by ~1e-4 (a near-tie can flip);
+`--cpu-linear torch` keeps transformers' own layers and memory.
 
 `int8-head`, the CPU default, adds weight-only int8 with per-row scales for the output layer (gpt-fast's
 scheme: activations stay in bf16, so nothing is quantized on the fly; Gemma's 262k-row head is the
@@ -29,11 +33,35 @@ def _rows(x: torch.Tensor) -> tuple[torch.Tensor, bool]:
     return flat, False
 
 
+PACKED_FROM_ROWS = 4  # measured crossover: at 3 rows both forms cost the same, at 2 the plain GEMM is 1.5x faster
+_PACKED_FOR_ROWS = 8  # oneDNN's layout hint: a batched decode step's rows (4 to 16 measured alike)
+
+
+def packing_available() -> bool:
+    """Whether this torch build has oneDNN's prepacked linear product (x86 and ARM builds with mkldnn)."""
+    mkldnn = torch.ops.mkldnn
+    return (
+        torch.backends.mkldnn.is_available()
+        and hasattr(mkldnn, "_reorder_linear_weight")
+        and hasattr(mkldnn, "_linear_pointwise")
+    )
+
+
 class StreamedLinear(nn.Linear):
-    """`nn.Linear` with the same weights, computed as `(W @ x.T).T`."""
+    """`nn.Linear` with the same weights, computed as `(W @ x.T).T` for up to 3 rows and over `packed`, W in
+    oneDNN's blocked layout (set by `pack`), for 4 or more with gradients off. The packed copy is a plain
+    attribute, not a buffer: it never reaches a state dict or another device."""
+
+    packed: torch.Tensor | None = None
+
+    def pack(self) -> None:
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), _PACKED_FOR_ROWS)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat, padded = _rows(x)
+        if self.packed is not None and flat.shape[0] >= PACKED_FROM_ROWS and not torch.is_grad_enabled():
+            out = torch.ops.mkldnn._linear_pointwise(flat, self.packed, self.bias, "none", [], "")
+            return out.reshape(*x.shape[:-1], out.shape[-1])
         out = (self.weight @ flat.T).T
         if padded:
             out = out[:1]
@@ -65,13 +93,18 @@ class Int8WeightLinear(nn.Module):
 
 def install_cpu_linear(model: nn.Module, mode: str) -> None:
     """Swap the model's fp32 `nn.Linear` layers for those of `mode` (one of `models.CPU_LINEAR_MODES`), in
-    place. The weights are shared, so a head tied to the embeddings stays tied; int8-head gives the head
-    int8 weights of its own."""
+    place, each with its packed copy where this torch build can pack. The weights are shared, so a head
+    tied to the embeddings stays tied; int8-head gives the head int8 weights of its own (and no packed
+    copy: its int8 product is the fastest up to 4 rows, and one form at every row count keeps a run's
+    logits the same whatever it is batched with)."""
     if mode == "torch":
         return
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if mode == "int8-head" and isinstance(head, nn.Linear):
+        model.set_output_embeddings(Int8WeightLinear(head))
+    pack = packing_available()
     for module in model.modules():
         if type(module) is nn.Linear and module.weight.dtype == torch.float32:
             module.__class__ = StreamedLinear
-    if mode == "int8-head" and isinstance(head, nn.Linear):
-        model.set_output_embeddings(Int8WeightLinear(head))
+            if pack:
+                module.pack()

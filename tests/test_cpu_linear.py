@@ -1,4 +1,5 @@
-"""The CPU linear layers: the same products as nn.Linear (streamed), close ones (int8 head), and where they go."""
+"""The CPU linear layers: the same products as nn.Linear (streamed, packed from 4 rows), close ones (int8 head),
+and where they go."""
 
 from __future__ import annotations
 
@@ -6,7 +7,13 @@ import pytest
 import torch
 from torch import nn
 
-from safe_engine.cpu_linear import Int8WeightLinear, StreamedLinear, install_cpu_linear
+from safe_engine.cpu_linear import (
+    PACKED_FROM_ROWS,
+    Int8WeightLinear,
+    StreamedLinear,
+    install_cpu_linear,
+    packing_available,
+)
 from safe_engine.errors import ModelLoadError
 from safe_engine.models import LoadOptions, load_model
 from tests.tiny_models import tiny_model_folder, unigram_tokenizer
@@ -33,6 +40,55 @@ def test_a_single_row_is_padded_not_changed():
     layer.__class__ = StreamedLinear
     x = torch.randn(1, 16)
     torch.testing.assert_close(layer(x)[0], layer(torch.cat([x, torch.randn(1, 16)]))[0], rtol=1e-5, atol=1e-6)
+
+
+needs_packing = pytest.mark.skipif(not packing_available(), reason="this torch build has no oneDNN linear")
+
+
+def _packed_layer(bias: bool) -> tuple[StreamedLinear, nn.Linear]:
+    torch.manual_seed(3)
+    reference = nn.Linear(96, 200, bias=bias)
+    layer = nn.Linear(96, 200, bias=bias)
+    layer.load_state_dict(reference.state_dict())
+    layer.__class__ = StreamedLinear
+    layer.pack()
+    return layer, reference
+
+
+@needs_packing
+@pytest.mark.parametrize("rows", [PACKED_FROM_ROWS, 16, 45])
+@pytest.mark.parametrize("bias", [True, False])
+def test_packed_rows_compute_what_nn_linear_computes(rows, bias):
+    layer, reference = _packed_layer(bias)
+    x = torch.randn(1, rows, 96)
+    with torch.inference_mode():
+        torch.testing.assert_close(layer(x), reference(x), rtol=1e-5, atol=1e-5)
+
+
+@needs_packing
+def test_the_packed_copy_serves_from_4_rows_with_gradients_off_only():
+    """Pointing the packed copy at other weights shows which form answered each call."""
+    layer, _ = _packed_layer(bias=False)
+    plain = layer.weight.detach().clone()
+    other = torch.randn_like(plain)
+    layer.packed = torch.ops.mkldnn._reorder_linear_weight(other, 8)
+    for rows in (1, 2, PACKED_FROM_ROWS - 1, PACKED_FROM_ROWS, 9):
+        x = torch.randn(rows, 96)
+        with torch.inference_mode():
+            expected = x @ (other if rows >= PACKED_FROM_ROWS else plain).T
+            torch.testing.assert_close(layer(x), expected, rtol=1e-5, atol=1e-5)
+        with torch.enable_grad():  # autograd cannot go through oneDNN's product: the plain form answers
+            torch.testing.assert_close(layer(x).detach(), x @ plain.T, rtol=1e-5, atol=1e-5)
+
+
+@needs_packing
+def test_install_packs_the_streamed_layers_but_not_an_int8_head_nor_the_state_dict(tmp_path):
+    for mode in ("streamed", "int8-head"):
+        lm = load_model(str(_folder(tmp_path)), LoadOptions(device="cpu", cpu_linear=mode))
+        streamed = [m for m in lm.model.modules() if isinstance(m, StreamedLinear)]
+        assert streamed and all(m.packed is not None for m in streamed)
+        assert isinstance(lm.model.get_output_embeddings(), Int8WeightLinear if mode == "int8-head" else StreamedLinear)
+        assert not any("packed" in key for key in lm.model.state_dict())
 
 
 def test_int8_weights_keep_the_products_close_and_the_argmax():
