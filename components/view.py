@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from safe_engine.damage import ModelDamage
@@ -42,19 +42,24 @@ class TokenView:
     point: int | None = None  # index of its EnsemblePoint in RunView.points
 
 
-@dataclass
 class RunView:
-    events: list[dict] = field(default_factory=list)
-    tokens: list[TokenView] = field(default_factory=list)
-    points: list[dict] = field(default_factory=list)
-    commits: list[dict] = field(default_factory=list)  # tokens, ensembled, elapsed (s since the start) per commit
-    damage: list[dict] = field(default_factory=list)  # the damage events, one per commit (none in older traces)
-    started: dict | None = None
-    finished: dict | None = None
-    pinned: int | None = None  # the token whose details the page shows (set by a click)
-    diverge: int | None = None  # the first token where this run and its what-if counterpart differ
-    _pending: dict[int, dict] = field(default_factory=dict)  # id position → details of the round being decided
-    _ids: int = 0  # drafter ids committed so far
+    """One run's events folded for drawing. A plain class, not a dataclass: gradio's State serializes a dataclass
+    value with `dataclasses.asdict` (only to drop the result) for every new session and at every update of the
+    state, which cost ~100 ms of CPU per visitor for the Replay tab's recorded run, and more per frame as a live
+    run grew, taken from the forward passes of everyone else's runs."""
+
+    def __init__(self, started: dict | None = None):
+        self.events: list[dict] = []
+        self.tokens: list[TokenView] = []
+        self.points: list[dict] = []
+        self.commits: list[dict] = []  # tokens, ensembled, elapsed (s since the start) per commit
+        self.damage: list[dict] = []  # the damage events, one per commit (none in older traces)
+        self.started = started
+        self.finished: dict | None = None
+        self.pinned: int | None = None  # the token whose details the page shows (set by a click)
+        self.diverge: int | None = None  # the first token where this run and its what-if counterpart differ
+        self._pending: dict[int, dict] = {}  # id position → details of the round being decided
+        self._ids = 0  # drafter ids committed so far
 
     @classmethod
     def of(cls, events: list[dict]) -> RunView:

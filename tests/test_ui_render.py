@@ -237,6 +237,25 @@ def test_shipped_traces_replay_to_their_recorded_stats(trace, tmp_path):
     assert read_trace(copy) == read_trace(trace)
 
 
+def test_a_new_session_does_not_serialize_the_run_a_panel_holds(monkeypatch):
+    """Gradio serializes a dataclass held in gr.State with dataclasses.asdict (then drops it) for every new
+    session and every update of the state: a recorded run's view cost ~100 ms of CPU per visitor."""
+    import dataclasses
+
+    import gradio as gr
+    from gradio.state_holder import SessionState
+
+    from components.panel import RunPanel
+
+    with gr.Blocks() as demo:
+        RunPanel("p", RunView.of(split_runs(read_trace(TRACES[0]))[0]))
+    serialized = []
+    asdict = dataclasses.asdict
+    monkeypatch.setattr(dataclasses, "asdict", lambda obj, **kw: serialized.append(type(obj)) or asdict(obj, **kw))
+    SessionState(demo)
+    assert RunView not in serialized
+
+
 def test_bad_traces_say_why(tmp_path):
     cases = {
         "not json": "line 1 of the trace is not JSON",
