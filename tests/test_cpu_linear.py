@@ -66,7 +66,7 @@ def test_packed_rows_compute_what_nn_linear_computes(rows, bias):
 
 
 @needs_packing
-def test_the_packed_copy_serves_from_4_rows_with_gradients_off_only():
+def test_the_packed_copy_serves_from_3_rows_with_gradients_off_only():
     """Pointing the packed copy at other weights shows which form answered each call."""
     layer, _ = _packed_layer(bias=False)
     plain = layer.weight.detach().clone()
