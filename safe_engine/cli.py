@@ -115,8 +115,8 @@ def _decoding_options(parser: argparse.ArgumentParser, with_strategy: bool, one_
         choices=CPU_LINEAR_MODES,
         default="int8-head",
         help="linear layers on the CPU: int8-head (default: int8 weights for the output layer, the rest fp32 "
-        "streamed), streamed (all fp32, the same weights, a faster product), torch (transformers' own layers); "
-        "the README has the measured speed and accuracy",
+        "streamed), streamed (all fp32, the same weights, faster products and a packed copy of them), torch "
+        "(transformers' own layers, no second copy); the README has the measured speed, accuracy and memory",
     )
     parser.add_argument(
         "--damage-kl-steps",
