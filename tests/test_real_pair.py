@@ -40,38 +40,27 @@ def test_runs_end_to_end_with_well_formed_events(runs, key):
     assert events[-1].text.strip()
 
 
-def _same(a, b, tol: float = 1e-4) -> bool:
-    """Equal, floats within `tol`. The second of two runs adopts the first's prompt keys and values and feeds
-    only the rest, so its passes have other row counts, and the CPU linear layers pick their product by row
-    count: its probabilities can move by ~1e-5, its tokens and decisions cannot."""
-    if isinstance(a, float) or isinstance(b, float):
-        return isinstance(a, int | float) and isinstance(b, int | float) and abs(a - b) <= tol
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k], tol) for k in a)
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_same(x, y, tol) for x, y in zip(a, b))
-    return a == b
-
-
-def test_same_ignores_only_float_noise():
-    point = {"chosen": " is", "table": [{"text": " is", "before": 0.5150437}]}
-    assert _same(point, {"chosen": " is", "table": [{"text": " is", "before": 0.5150491}]})
-    assert not _same(point, {"chosen": " was", "table": [{"text": " is", "before": 0.5150437}]})
-    assert not _same(point, {"chosen": " is", "table": [{"text": " is", "before": 0.52}]})
-    assert not _same(point, {"chosen": " is", "table": []})
+def _decided(events) -> list[tuple]:
+    """Each ensemble point's decision and the probability of its top candidate."""
+    points = [e.to_dict() for e in events if isinstance(e, EnsemblePoint)]
+    keys = ("round", "position", "drafted", "chosen", "changed", "method")
+    return [(*(p[k] for k in keys), p["table"][0]["text"], p["table"][0]["before"]) for p in points]
 
 
 @pytest.mark.parametrize("key", ["single", "per-token", "safe"])
 def test_deterministic(runs, key):
+    """The same tokens and decisions twice. Not the same floats: the second run adopts the first's prompt
+    slot and feeds only the rest, so its passes have other shapes (the CPU linears pick their product by
+    row count, attention by query count), and the default int8 head's logits are bf16, so probabilities
+    move in their third or fourth digit."""
     first, second = runs[key]
     assert first[-1].text == second[-1].text
     assert [t.ids for e in first if isinstance(e, TextCommitted) for t in e.tokens] == [
         t.ids for e in second if isinstance(e, TextCommitted) for t in e.tokens
     ]
-    assert _same(
-        [e.to_dict() for e in first if isinstance(e, EnsemblePoint)],
-        [e.to_dict() for e in second if isinstance(e, EnsemblePoint)],
-    )
+    a, b = _decided(first), _decided(second)
+    assert [point[:-1] for point in a] == [point[:-1] for point in b]
+    assert [point[-1] for point in a] == pytest.approx([point[-1] for point in b], abs=1e-2)
 
 
 def test_ensemble_rates(runs):
