@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import gradio as gr
 
-from safe_engine.decoding import PER_TOKEN_COMMITS, SAFE_MODES, DecodeConfig, decode
+from safe_engine.decoding import PER_TOKEN_COMMITS, SAFE_MODES, DecodeConfig
 from safe_engine.ensemble import METHODS, SHARPENING
+from safe_engine.many_runs import decode_ahead
 
 from . import settings
 from .panel import RunPanel
@@ -152,7 +153,7 @@ class LiveTab:
 
         def start(models, config: DecodeConfig, flag):
             loaded[:] = models
-            events = decode(models, prompt, config, flag)
+            events = decode_ahead(models, prompt, config, flag)
             origin = Origin(prompt, tuple(m.spec.spec for m in models), config)
             names = ", ".join(m.name for m in models)
             first = {

@@ -10,8 +10,9 @@ from dataclasses import dataclass, replace
 import gradio as gr
 
 from safe_engine.alignment import EOS_KEY
-from safe_engine.decoding import DecodeConfig, decode
+from safe_engine.decoding import DecodeConfig
 from safe_engine.errors import ConfigError
+from safe_engine.many_runs import decode_ahead
 
 from . import charts
 from .panel import RunPanel
@@ -195,7 +196,7 @@ class WhatIf:
             return list(origin.specs), branch_config(origin, original, index, text or "")
 
         def start(models, config: DecodeConfig, flag):
-            events = decode(models, origin.prompt, config, flag)  # raises e.g. when the drafter cannot spell it
+            events = decode_ahead(models, origin.prompt, config, flag)  # raises e.g. when the drafter cannot spell it
             original.diverge = None
             first = {
                 self.status: status_html(f"{doing()}; the run goes on with the same models and settings…", "busy"),

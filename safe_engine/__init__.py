@@ -4,7 +4,7 @@ from .compare import load_models, run_comparison, summarize
 from .decoding import DecodeConfig, decode
 from .ensemble import EnsembleConfig
 from .errors import ConfigError, ModelLoadError, ModelSpecError, SafeEngineError
-from .many_runs import DecodeRequest, RunHandle, decode_many
+from .many_runs import DecodeRequest, RunHandle, decode_ahead, decode_many
 from .models import DEFAULT_MODELS, LoadedModel, LoadOptions, load_model, load_tokenizer
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "RunHandle",
     "SafeEngineError",
     "decode",
+    "decode_ahead",
     "decode_many",
     "load_model",
     "load_models",

@@ -1,13 +1,15 @@
 """Many prompts at once: each request is an ordinary `decode()` in a thread of its own, so their forward
-passes batch (`batching.py`) while every run keeps its own strategy, cache, sampler and events."""
+passes batch (`batching.py`) while every run keeps its own strategy, cache, sampler and events. A single run
+can be driven the same way (`decode_ahead`) when its consumer is slow between events."""
 
 from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 
 from .config import DecodeConfig
 from .decoding import decode
@@ -29,9 +31,9 @@ class DecodeRequest:
 class RunHandle:
     """One run of `decode_many`: its events as they come, its outcome, and a way to stop it alone."""
 
-    def __init__(self, index: int, request: DecodeRequest):
+    def __init__(self, index: int, request: DecodeRequest, stop: threading.Event | None = None):
         self.index, self.request = index, request
-        self.stop = threading.Event()
+        self.stop = stop or threading.Event()
         self.error: Exception | None = None  # why the run failed (bad input, a model error), once done
         self.history: list[Event] = []
         self._stream: queue.Queue = queue.Queue()
@@ -60,9 +62,9 @@ class RunHandle:
             raise self.error
         return list(self.history)
 
-    def _run(self, models: Sequence[LoadedModel]) -> None:
+    def _run(self, events: Callable[[], Iterator[Event]]) -> None:
         try:
-            for event in decode(self.request.models or models, self.request.prompt, self.request.config, self.stop):
+            for event in events():
                 self.history.append(event)
                 self._stream.put(event)
         except Exception as exc:  # reported through the handle: one run's failure is its own
@@ -81,6 +83,31 @@ def decode_many(
     handles = [RunHandle(i, request) for i, request in enumerate(requests)]
     pool = ThreadPoolExecutor(max_workers=max(1, max_parallel), thread_name_prefix="decode-many")
     for handle in handles:
-        pool.submit(handle._run, models)
+        r = handle.request
+        pool.submit(handle._run, partial(decode, r.models or models, r.prompt, r.config, handle.stop))
     pool.shutdown(wait=False)
     return handles
+
+
+def decode_ahead(
+    models: Sequence[LoadedModel],
+    prompt: str,
+    config: DecodeConfig = DecodeConfig(),
+    cancel: threading.Event | None = None,
+) -> Iterator[Event]:
+    """`decode()` whose events are made in a thread of their own and queued as they come, so a consumer that
+    is slow between events (a page rendering and sending an update) stalls neither this run nor the passes
+    it shares with others. Bad input raises here, as with `decode`; closing the iterator before the end
+    cancels the run."""
+    handle = RunHandle(0, DecodeRequest(prompt, config), cancel)
+    events = decode(models, prompt, config, handle.stop)
+    threading.Thread(target=handle._run, args=(lambda: events,), name="decode-ahead", daemon=True).start()
+    return _cancelled_on_close(handle)
+
+
+def _cancelled_on_close(handle: RunHandle) -> Iterator[Event]:
+    try:
+        yield from handle.events()
+    finally:
+        if not handle.done:
+            handle.cancel()

@@ -10,7 +10,7 @@ import torch
 from scripted_models import ScriptedLM, scripted
 from tiny_models import char_tokenizer, tiny_model, tiny_model_folder, unigram_tokenizer
 
-from safe_engine import DecodeRequest, decode_many
+from safe_engine import DecodeRequest, decode_ahead, decode_many
 from safe_engine.batching import ActiveRun, Request
 from safe_engine.decoding import DecodeConfig, decode
 from safe_engine.errors import ConfigError
@@ -365,6 +365,30 @@ def test_a_failing_run_fails_alone(pair):
     assert isinstance(handles[1].error, ConfigError)
     assert texts(handles[0].result(60)) == texts(list(decode(pair, PROMPTS[0], requests[0].config)))
     assert handles[2].error is None and handles[2].result(60)[-1].text
+
+
+def test_a_run_decoded_ahead_goes_on_while_its_consumer_holds_an_event(pair):
+    """The app's pages render between events: the run must not wait for them (its slots come back, the
+    run over, before the consumer asks for a second event)."""
+    config = DecodeConfig(strategy="safe", max_new_tokens=12)
+    alone = texts(list(decode(pair, PROMPTS[0], config)))
+    flag = threading.Event()
+    events = decode_ahead(pair, PROMPTS[0], config, flag)
+    first = next(events)
+    wait_for(lambda: not SCHEDULER.executor(pair[0]).live and not SCHEDULER.executor(pair[1]).live)
+    assert texts([first, *events]) == alone
+    assert not flag.is_set()  # a run that ran to its end was not cancelled
+
+
+def test_decode_ahead_checks_input_at_once_and_closing_it_cancels_the_run(pair):
+    with pytest.raises(ConfigError, match="empty"):
+        decode_ahead(pair, "   ", DecodeConfig(strategy="single"))
+    flag = threading.Event()
+    events = decode_ahead(pair, PROMPTS[1], DecodeConfig(strategy="safe", max_new_tokens=400), flag)
+    next(events)
+    events.close()
+    assert flag.is_set()
+    wait_for(lambda: not SCHEDULER.executor(pair[0]).live)  # it ended at its next step, its slots handed back
 
 
 def test_a_model_error_in_a_shared_pass_fails_only_its_row():
