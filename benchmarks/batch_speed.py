@@ -3,7 +3,7 @@ under concurrent clients; the 40-item bench at --batch-size 8 against 1.
 
     python benchmarks/batch_speed.py [--sections engine,app,bench] [--out out/batch_speed.json]
         engine: [--max-new-tokens 32] [--sizes 1,2,4,8] [--strategies single,per-token,safe] [--prompts 20]
-        app:    [--clients 1,4,8] [--app-tokens 24]
+        app:    [--clients 1,4,8] [--app-tokens 24] [--app-repeats 3]
         bench:  [--bench-sizes 1,8] [--bench-strategies safe] [--bench-limit 10] [--bench-tokens 24]
 
 For each strategy (defaults otherwise; damage KL off) the speed prompts of `safe_speed.py` run through
@@ -17,9 +17,11 @@ own margin. Memory: the peak bytes of the KV slots, and the process's peak RSS.
 app: `python app.py` on a free local port; C clients (gradio_client, one session each) call `/generate` at
 once, each with its own speed prompt, SAFE at the form's defaults, `--app-tokens` tokens; p50 and max time
 to finish against client 1 alone, and the worst client's time against its own prompt run alone (prompts
-differ: the longest alone takes longer than client 1's). bench: the README's 40 items (four shipped sets,
-`--bench-limit` each) run by `Bench` at each `--bench-sizes` batch size into a fresh folder; wall time
-against batch 1, and how many rows equal batch 1's.
+differ: the longest alone takes longer than client 1's); each alone time is the median of `--app-repeats`
+runs. Then the same runs with no app (`decode_many` in this process, the form's config): the floor the
+app's figures sit on, since the app only adds its own work to the engine's. bench: the README's 40 items
+(four shipped sets, `--bench-limit` each) run by `Bench` at each `--bench-sizes` batch size into a fresh
+folder; wall time against batch 1, and how many rows equal batch 1's.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from safe_speed import HARD, KEPT, write_json  # noqa: E402
 
-from components.settings import RunSettings  # noqa: E402
+from components.settings import RunSettings, decoding  # noqa: E402
 from safe_engine import DecodeRequest, decode_many  # noqa: E402
 from safe_engine.bench import Bench, load_results, load_task  # noqa: E402
 from safe_engine.compare import load_models, warm_up  # noqa: E402
@@ -172,14 +174,30 @@ def clients_at_once(url: str, count: int, prompts, settings) -> list[float]:
     from gradio_client import Client
 
     clients = [Client(url, verbose=False) for _ in range(count)]
-    times = [0.0] * count
+    return finish_times(
+        [
+            lambda c=c, i=i: c.predict(prompts[i % len(prompts)], *settings, api_name="/generate")
+            for i, c in enumerate(clients)
+        ]
+    )
+
+
+def runs_at_once(models, count: int, prompts, config: DecodeConfig) -> list[float]:
+    """Seconds each of `count` runs started together in this process (no app) took to finish."""
+    requests = [DecodeRequest(prompts[i % len(prompts)], config) for i in range(count)]
+    return finish_times([handle.result for handle in decode_many(models, requests, max_parallel=count)])
+
+
+def finish_times(calls) -> list[float]:
+    """Seconds from now until each call, all made at once (a thread each), returned."""
+    times = [0.0] * len(calls)
     started = time.perf_counter()
 
     def call(i):
-        clients[i].predict(prompts[i % len(prompts)], *settings, api_name="/generate")
+        calls[i]()
         times[i] = time.perf_counter() - started
 
-    threads = [threading.Thread(target=call, args=(i,)) for i in range(count)]
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(len(calls))]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -187,41 +205,57 @@ def clients_at_once(url: str, count: int, prompts, settings) -> list[float]:
     return times
 
 
+def sharing_rows(at_once, counts, prompts, repeats: int, where: str) -> dict:
+    """For each count: p50 / max time to finish against client 1 alone, and the worst client against its
+    own prompt alone; `at_once(count, prompts)` gives the finish times, alone times are medians of `repeats`."""
+    own = [statistics.median(at_once(1, [p])[0] for _ in range(repeats)) for p in prompts[: max(counts)]]
+    report = {"alone_s": own, "clients": {}}
+    for count in counts:
+        times = at_once(count, prompts)
+        row = {"p50_s": statistics.median(times), "max_s": max(times)}
+        row |= {
+            "p50_vs_alone": row["p50_s"] / own[0],
+            "max_vs_alone": row["max_s"] / own[0],
+            "max_vs_own_alone": max(t / own[i] for i, t in enumerate(times)),
+        }
+        report["clients"][count] = row
+        print(
+            f"{where}, {count} clients: p50 {row['p50_s']:.1f} s, max {row['max_s']:.1f} s "
+            f"({row['max_vs_alone']:.2f}x client 1 alone, {own[0]:.1f} s; worst client vs its own prompt alone "
+            f"{row['max_vs_own_alone']:.2f}x)",
+            flush=True,
+        )
+    return report
+
+
 def app_section(args) -> dict:
-    """Time to finish of C clients calling /generate at once, for each C, against one client alone."""
+    """Time to finish of C clients calling /generate at once, for each C, against one client alone; then the
+    same runs started at once in this process with no app: the least the app's figures could be."""
     from gradio_client import Client
 
     prompts = KEPT + HARD
-    settings = astuple(RunSettings.defaults(list(DEFAULT_MODELS), "safe", args.app_tokens))
+    chosen = RunSettings.defaults(list(DEFAULT_MODELS), "safe", args.app_tokens)
+    counts = [int(c) for c in args.clients.split(",")]
     port = _free_port()
     app = _serve_app(port, args.cpu_linear)
     try:
         url = f"http://127.0.0.1:{port}/"
+        settings = astuple(chosen)
         Client(url, verbose=False).predict(prompts[0], *settings, api_name="/generate")  # loads, warms the models
-        counts = [int(c) for c in args.clients.split(",")]
-        # Each client's prompt alone, one at a time: client i's own reference (prompts differ in length).
-        own = [clients_at_once(url, 1, [prompts[i % len(prompts)]], settings)[0] for i in range(max(counts))]
-        report = {"tokens": args.app_tokens, "alone_s": own, "clients": {}}
-        for count in counts:
-            times = clients_at_once(url, count, prompts, settings)
-            row = {"p50_s": statistics.median(times), "max_s": max(times)}
-            alone = report["clients"].get(1, row)["p50_s"]
-            row |= {
-                "p50_vs_alone": row["p50_s"] / alone,
-                "max_vs_alone": row["max_s"] / alone,
-                "max_vs_own_alone": max(t / own[i] for i, t in enumerate(times)),
-            }
-            report["clients"][count] = row
-            print(
-                f"app, {count} clients: p50 {row['p50_s']:.1f} s, max {row['max_s']:.1f} s "
-                f"({row['max_vs_alone']:.2f}x client 1 alone; worst client vs its own prompt alone "
-                f"{row['max_vs_own_alone']:.2f}x)",
-                flush=True,
-            )
-        return report
+        report = {"tokens": args.app_tokens, "repeats": args.app_repeats}
+        report["app"] = sharing_rows(
+            lambda count, ps: clients_at_once(url, count, ps, settings), counts, prompts, args.app_repeats, "app"
+        )
     finally:
         app.terminate()
         app.wait(timeout=30)
+    models = load_models(list(DEFAULT_MODELS), LoadOptions(device="cpu", cpu_linear=args.cpu_linear))
+    _, config = decoding(chosen)
+    runs_at_once(models, 2, prompts, config)  # warms this process's models
+    report["engine"] = sharing_rows(
+        lambda count, ps: runs_at_once(models, count, ps, config), counts, prompts, args.app_repeats, "engine, no app"
+    )
+    return report
 
 
 BENCH_TASKS = ("facts", "arithmetic", "copying", "completion")  # the README's 40-item benchmark at --limit 10
@@ -259,6 +293,7 @@ def main(argv=None) -> int:
     parser.add_argument("--prompts", type=int, default=len(KEPT + HARD), help="the first N speed prompts")
     parser.add_argument("--clients", default="1,4,8", help="app: concurrent clients (1 first: the reference)")
     parser.add_argument("--app-tokens", type=int, default=24)
+    parser.add_argument("--app-repeats", type=int, default=3, help="app: runs alone whose median is the reference")
     parser.add_argument("--bench-sizes", default="1,8", help="bench: batch sizes (the first is the reference)")
     parser.add_argument("--bench-strategies", default="safe")
     parser.add_argument("--bench-limit", type=int, default=10, help="bench: items of each of the four sets")
