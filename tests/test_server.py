@@ -22,6 +22,7 @@ from safe_engine.cli import build_parser  # noqa: E402
 from safe_engine.compare import load_models  # noqa: E402
 from safe_engine.events import RunStarted  # noqa: E402
 from safe_engine.integrations.runs import Completion  # noqa: E402
+from safe_engine.runtime import SCHEDULER  # noqa: E402
 from safe_engine.server import app as server_app  # noqa: E402
 from safe_engine.server.app import Settings, StopHoldback, create_app  # noqa: E402
 from safe_engine.server.runner import decoding_options  # noqa: E402
@@ -143,6 +144,26 @@ def test_a_client_disconnecting_mid_stream_cancels_its_run(live):
     body = {"model": "per-token", "prompt": "the", "max_tokens": 400, "stream": True}
     with httpx.stream("POST", live.url + "/v1/completions", json=body, headers={"Authorization": f"Bearer {KEY}"}) as r:
         next(r.iter_lines())  # the run has started; now hang up
+    deadline = time.time() + 20
+    while live.engine.counters.cancelled == before and time.time() < deadline:
+        time.sleep(0.05)
+    assert live.engine.counters.cancelled == before + 1 and live.engine.counters.running == 0
+
+
+def test_a_client_that_hangs_up_on_a_plain_request_cancels_its_run(live):
+    """Not streaming: the handler polls for the client while it waits, so a long run is not decoded for
+    nobody."""
+    before = live.engine.counters.cancelled
+    body = {"model": "per-token", "prompt": "the", "max_tokens": 400}
+    with SCHEDULER.device(live.engine.templated[0].device):  # its passes wait until the client has gone
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(
+                live.url + "/v1/completions",
+                json=body,
+                headers={"Authorization": f"Bearer {KEY}"},
+                timeout=httpx.Timeout(10, read=0.5),
+            )
+        time.sleep(4 * server_app.DISCONNECT_POLL_S)
     deadline = time.time() + 20
     while live.engine.counters.cancelled == before and time.time() < deadline:
         time.sleep(0.05)

@@ -3,7 +3,8 @@
 Each request decodes on a worker thread through the engine's public `decode` (`integrations.runs`), so
 concurrent requests can step together in the engine. At most `concurrency` run at once and `queue` more
 wait; beyond that a request gets 429, and one that waited `queue_timeout_s` without starting gets 503.
-A streaming client that disconnects sets its run's stop event, which ends the run and frees its worker.
+A client that disconnects, streaming or not, sets its run's stop event, which ends the run and frees its
+worker (a waiting one is polled every `DISCONNECT_POLL_S`).
 Every error is OpenAI's JSON body with a 4xx status (5xx only for a fault of ours, without a traceback).
 """
 
@@ -36,6 +37,7 @@ logger = logging.getLogger(__name__)
 
 FIXED_OPTIONS = ("models", "devices", "dtype", "trust_remote_code", "no_chat_template", "cpu_int8", "cpu_linear")
 """Decoding options that belong to the server's loaded models, not to a request."""
+DISCONNECT_POLL_S = 0.25  # how often a non-streaming request checks that its client is still there
 
 
 class ApiError(Exception):
@@ -224,6 +226,24 @@ class StopHoldback:
         return delta
 
 
+class ApiKeyCheck:
+    """Every /v1/ path needs the key. Plain ASGI on purpose: through Starlette's `BaseHTTPMiddleware` (what
+    `@app.middleware` makes) a handler never sees its client disconnect."""
+
+    def __init__(self, app, key: str):
+        self.app, self.key = app, key.encode()
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope["path"].startswith("/v1/"):
+            header = dict(scope["headers"]).get(b"authorization", b"")
+            given = header[7:] if header.lower().startswith(b"bearer ") else b""
+            if not hmac.compare_digest(given, self.key):
+                message = "a wrong API key" if given else "no API key (send 'Authorization: Bearer KEY')"
+                refusal = JSONResponse(_error_body(message, "invalid_request_error", "invalid_api_key"), 401)
+                return await refusal(scope, receive, send)
+        await self.app(scope, receive, send)
+
+
 def create_app(models: Sequence[LoadedModel], settings: Settings) -> FastAPI:
     engine = Engine(models, settings)
     app = FastAPI(title="SAFE Ensemble Studio (OpenAI-compatible)", docs_url=None, redoc_url=None)
@@ -252,15 +272,8 @@ def create_app(models: Sequence[LoadedModel], settings: Settings) -> FastAPI:
         logger.exception("request failed")
         return JSONResponse(_error_body("internal error", "server_error"), status_code=500)
 
-    @app.middleware("http")
-    async def authenticate(request: Request, call_next):
-        if settings.api_key and request.url.path.startswith("/v1/"):
-            header = request.headers.get("authorization", "")
-            given = header[7:] if header.lower().startswith("bearer ") else ""
-            if not hmac.compare_digest(given.encode(), settings.api_key.encode()):
-                message = "a wrong API key" if given else "no API key (send 'Authorization: Bearer KEY')"
-                return JSONResponse(_error_body(f"{message}", "invalid_request_error", "invalid_api_key"), 401)
-        return await call_next(request)
+    if settings.api_key:
+        app.add_middleware(ApiKeyCheck, key=settings.api_key)
 
     @app.get("/health")
     async def health():
@@ -277,7 +290,7 @@ def create_app(models: Sequence[LoadedModel], settings: Settings) -> FastAPI:
         return {"object": "list", "data": data}
 
     @app.post("/v1/completions")
-    async def completions(body: CompletionRequest):
+    async def completions(body: CompletionRequest, request: Request):
         prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
         if len(prompts) != 1:
             raise ApiError(
@@ -288,10 +301,10 @@ def create_app(models: Sequence[LoadedModel], settings: Settings) -> FastAPI:
         prompt = prompts[0]
         if not prompt.strip():
             raise ApiError(400, "the prompt is empty", code="invalid_value")
-        return await _respond(engine, body, engine.untemplated, prompt, body.max_tokens, chat=False)
+        return await _respond(engine, request, body, engine.untemplated, prompt, body.max_tokens, chat=False)
 
     @app.post("/v1/chat/completions")
-    async def chat(body: ChatRequest):
+    async def chat(body: ChatRequest, request: Request):
         if not body.messages:
             raise ApiError(
                 400,
@@ -304,12 +317,12 @@ def create_app(models: Sequence[LoadedModel], settings: Settings) -> FastAPI:
         if not prompt.strip():
             raise ApiError(400, "the messages hold no text", code="invalid_value")
         max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
-        return await _respond(engine, body, engine.templated, prompt, max_tokens, chat=True)
+        return await _respond(engine, request, body, engine.templated, prompt, max_tokens, chat=True)
 
     return app
 
 
-async def _respond(engine: Engine, body: Sampling, models, prompt: str, max_tokens, chat: bool):
+async def _respond(engine: Engine, request: Request, body: Sampling, models, prompt: str, max_tokens, chat: bool):
     config = engine.config(body, max_tokens)
     events = bool(body.safe.get("events"))
     run = await engine.start(models, prompt, config, on_event=body.stream)
@@ -319,7 +332,9 @@ async def _respond(engine: Engine, body: Sampling, models, prompt: str, max_toke
         "model": body.model,
     }
     if not body.stream:
-        result = await _final(run)
+        result = await _final(run, request)
+        if result is None:  # nobody is left to answer
+            return JSONResponse(_error_body("the client disconnected", "client_error"), status_code=499)
         choice = {"index": 0, "finish_reason": result.finish_reason}
         if chat:
             choice["message"] = {"role": "assistant", "content": result.text}
@@ -337,7 +352,22 @@ async def _respond(engine: Engine, body: Sampling, models, prompt: str, max_toke
     return StreamingResponse(stream, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
 
-async def _final(run: Run) -> Completion:
+async def _final(run: Run, request: Request) -> Completion | None:
+    """The run's result, or None once its client has disconnected: the run is stopped then, as a streaming
+    client's is, since nothing would read its answer."""
+    result = asyncio.ensure_future(_result(run))
+    try:
+        while not (await asyncio.wait({result}, timeout=DISCONNECT_POLL_S))[0]:
+            if await request.is_disconnected():
+                return None
+        return result.result()
+    finally:
+        if not result.done():
+            run.stop.set()
+            result.cancel()
+
+
+async def _result(run: Run) -> Completion:
     while True:
         item = await run.items.get()
         if isinstance(item, Completion):
