@@ -18,8 +18,9 @@ app: `python app.py` on a free local port; C clients (gradio_client, one session
 once, each with its own speed prompt, SAFE at the form's defaults, `--app-tokens` tokens; p50 and max time
 to finish against client 1 alone, and the worst client's time against its own prompt run alone (prompts
 differ: the longest alone takes longer than client 1's); each alone time is the median of `--app-repeats`
-runs. Then the same runs with no app (`decode_many` in this process, the form's config): the floor the
-app's figures sit on, since the app only adds its own work to the engine's. bench: the README's 40 items
+runs; with each count, the CPU seconds the app's process and this one (the clients) spent meanwhile. Then
+the same runs with no app (`decode_many` in this process, the form's config, its CPU seconds): the floor
+the app's figures sit on, since the app only adds its own work to the engine's. bench: the README's 40 items
 (four shipped sets, `--bench-limit` each) run by `Bench` at each `--bench-sizes` batch size into a fresh
 folder; wall time against batch 1, and how many rows equal batch 1's.
 """
@@ -27,6 +28,7 @@ folder; wall time against batch 1, and how many rows equal batch 1's.
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import socket
 import statistics
@@ -205,14 +207,17 @@ def finish_times(calls) -> list[float]:
     return times
 
 
-def sharing_rows(at_once, counts, prompts, repeats: int, where: str) -> dict:
-    """For each count: p50 / max time to finish against client 1 alone, and the worst client against its
-    own prompt alone; `at_once(count, prompts)` gives the finish times, alone times are medians of `repeats`."""
+def sharing_rows(at_once, counts, prompts, repeats: int, where: str, cpu) -> dict:
+    """For each count: p50 / max time to finish against client 1 alone, the worst client against its own
+    prompt alone, and the CPU seconds each process spent meanwhile; `at_once(count, prompts)` gives the
+    finish times, `cpu()` the processes' CPU seconds by name; alone times are medians of `repeats`."""
     own = [statistics.median(at_once(1, [p])[0] for _ in range(repeats)) for p in prompts[: max(counts)]]
     report = {"alone_s": own, "clients": {}}
     for count in counts:
+        before = cpu()
         times = at_once(count, prompts)
-        row = {"p50_s": statistics.median(times), "max_s": max(times)}
+        spent = {name: seconds - before[name] for name, seconds in cpu().items()}
+        row = {"p50_s": statistics.median(times), "max_s": max(times), "cpu_s": spent}
         row |= {
             "p50_vs_alone": row["p50_s"] / own[0],
             "max_vs_alone": row["max_s"] / own[0],
@@ -222,10 +227,20 @@ def sharing_rows(at_once, counts, prompts, repeats: int, where: str) -> dict:
         print(
             f"{where}, {count} clients: p50 {row['p50_s']:.1f} s, max {row['max_s']:.1f} s "
             f"({row['max_vs_alone']:.2f}x client 1 alone, {own[0]:.1f} s; worst client vs its own prompt alone "
-            f"{row['max_vs_own_alone']:.2f}x)",
+            f"{row['max_vs_own_alone']:.2f}x); CPU "
+            + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in spent.items()),
             flush=True,
         )
     return report
+
+
+def process_cpu_s(pid: int | None = None) -> float:
+    """CPU seconds (user + system) of this process, or of process `pid` (Linux's /proc)."""
+    if pid is None:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def app_section(args) -> dict:
@@ -244,7 +259,12 @@ def app_section(args) -> dict:
         Client(url, verbose=False).predict(prompts[0], *settings, api_name="/generate")  # loads, warms the models
         report = {"tokens": args.app_tokens, "repeats": args.app_repeats}
         report["app"] = sharing_rows(
-            lambda count, ps: clients_at_once(url, count, ps, settings), counts, prompts, args.app_repeats, "app"
+            lambda count, ps: clients_at_once(url, count, ps, settings),
+            counts,
+            prompts,
+            args.app_repeats,
+            "app",
+            lambda: {"app": process_cpu_s(app.pid), "clients": process_cpu_s()},
         )
     finally:
         app.terminate()
@@ -253,7 +273,12 @@ def app_section(args) -> dict:
     _, config = decoding(chosen)
     runs_at_once(models, 2, prompts, config)  # warms this process's models
     report["engine"] = sharing_rows(
-        lambda count, ps: runs_at_once(models, count, ps, config), counts, prompts, args.app_repeats, "engine, no app"
+        lambda count, ps: runs_at_once(models, count, ps, config),
+        counts,
+        prompts,
+        args.app_repeats,
+        "engine, no app",
+        lambda: {"engine": process_cpu_s()},
     )
     return report
 
