@@ -27,8 +27,9 @@ from components.replay_tab import ReplayTab, shipped_traces  # noqa: E402
 from components.runner import Runner  # noqa: E402
 from components.stops import Stops  # noqa: E402
 from components.tokenizers_tab import TokenizersTab  # noqa: E402
+from safe_engine.cli import add_loading_options, load_options  # noqa: E402
 from safe_engine.errors import SafeEngineError  # noqa: E402
-from safe_engine.models import CPU_LINEAR_MODES, DEFAULT_MODELS, DTYPES, LoadOptions, resolve_spec  # noqa: E402
+from safe_engine.models import DEFAULT_MODELS, resolve_spec  # noqa: E402
 from safe_engine.placement import checked  # noqa: E402
 
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -73,28 +74,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="SPEC",
         help="default models of the form (embedded:NAME, a folder, a .gguf file or a hub id)",
     )
-    parser.add_argument(
-        "--cpu-int8",
-        action="store_true",
-        help="load every model with int8 weights on the CPU: faster and less accurate (the README has the numbers)",
-    )
-    parser.add_argument(
-        "--cpu-linear",
-        choices=CPU_LINEAR_MODES,
-        default="int8-head",
-        help="linear layers on the CPU: int8-head (default: an int8 output layer), streamed (all fp32) or torch",
-    )
-    parser.add_argument(
-        "--devices",
-        nargs="+",
-        default=["auto"],
-        metavar="DEVICE",
-        help="one for all models or one per model: auto (several GPUs: spread by size), cpu, cuda, cuda:N, mps",
-    )
-    parser.add_argument("--dtype", nargs="+", default=["auto"], choices=DTYPES, help="one for all or one per model")
+    add_loading_options(parser)
     parser.add_argument("--share", action="store_true", help="also open a public Gradio share link")
     args = parser.parse_args(argv)
-    options = LoadOptions(tuple(args.devices), tuple(args.dtype), cpu_int8=args.cpu_int8, cpu_linear=args.cpu_linear)
+    options = load_options(args)
     try:
         for spec in args.models:
             resolve_spec(spec)

@@ -12,7 +12,7 @@ from safe_engine.models import LoadedModel, LoadOptions
 
 
 class ModelPool:
-    """The load options the app was started with (`--devices`, `--dtype`, `--cpu-linear`, `--cpu-int8`); the
+    """The load options the app was started with (the CLI's loading flags: `--devices`, `--dtype`, `--cpu-linear`…); the
     models live in the engine's cache."""
 
     def __init__(self, options: LoadOptions = LoadOptions()):

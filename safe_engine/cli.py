@@ -53,6 +53,42 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+def add_loading_options(parser: argparse.ArgumentParser) -> None:
+    """How the models load: devices, dtypes, the CPU's linear layers, remote code, chat templates. The
+    commands here and the app (`python app.py`) share these flags; `load_options(args)` reads them."""
+    parser.add_argument(
+        "--cpu-int8",
+        action="store_true",
+        help="int8 weights on the CPU: faster, less accurate (the README has the measured speed and accuracy)",
+    )
+    parser.add_argument(
+        "--cpu-linear",
+        choices=CPU_LINEAR_MODES,
+        default="int8-head",
+        help="linear layers on the CPU: int8-head (default: int8 weights for the output layer, the rest fp32 "
+        "streamed), streamed (all fp32, the same weights, faster products and a packed copy of them), torch "
+        "(transformers' own layers, no second copy); the README has the measured speed, accuracy and memory",
+    )
+    parser.add_argument(
+        "--devices",
+        "--device",
+        nargs="+",
+        default=["auto"],
+        metavar="DEVICE",
+        help="one for all models or one per model: auto (several GPUs: spread by size; else cuda, mps or cpu), "
+        "cpu, cuda, cuda:N, mps",
+    )
+    parser.add_argument(
+        "--dtype",
+        nargs="+",
+        default=["auto"],
+        choices=DTYPES,
+        help="one for all models or one per model (auto: bfloat16 or float16 on a GPU, float32 on the CPU)",
+    )
+    parser.add_argument("--trust-remote-code", action="store_true", help="allow model code from the model folder")
+    parser.add_argument("--no-chat-template", action="store_true", help="plain-text prompts for every model")
+
+
 def _decoding_options(parser: argparse.ArgumentParser, with_strategy: bool, one_prompt: bool = True) -> None:
     if one_prompt:
         parser.add_argument("--prompt", required=True, help="the user prompt")
@@ -106,40 +142,11 @@ def _decoding_options(parser: argparse.ArgumentParser, with_strategy: bool, one_
         "(default %(default)s; 0: the paper's full drafts; see README)",
     )
     parser.add_argument(
-        "--cpu-int8",
-        action="store_true",
-        help="int8 weights on the CPU: faster, less accurate (the README has the measured speed and accuracy)",
-    )
-    parser.add_argument(
-        "--cpu-linear",
-        choices=CPU_LINEAR_MODES,
-        default="int8-head",
-        help="linear layers on the CPU: int8-head (default: int8 weights for the output layer, the rest fp32 "
-        "streamed), streamed (all fp32, the same weights, faster products and a packed copy of them), torch "
-        "(transformers' own layers, no second copy); the README has the measured speed, accuracy and memory",
-    )
-    parser.add_argument(
         "--damage-kl-steps",
         type=int,
         default=DEFAULTS.damage_kl_steps,
         metavar="N",
         help="measure the conditioning-damage KL at most N times (one extra forward pass each; 0: off)",
-    )
-    parser.add_argument(
-        "--devices",
-        "--device",
-        nargs="+",
-        default=["auto"],
-        metavar="DEVICE",
-        help="one for all models or one per model: auto (several GPUs: spread by size; else cuda, mps or cpu), "
-        "cpu, cuda, cuda:N, mps",
-    )
-    parser.add_argument(
-        "--dtype",
-        nargs="+",
-        default=["auto"],
-        choices=DTYPES,
-        help="one for all models or one per model (auto: bfloat16 or float16 on a GPU, float32 on the CPU)",
     )
     parser.add_argument(
         "--overlap",
@@ -148,8 +155,7 @@ def _decoding_options(parser: argparse.ArgumentParser, with_strategy: bool, one_
         help="SAFE: verifiers' passes at once and the next draft during verification (the same output; "
         "default: on only when every model has its own GPU)",
     )
-    parser.add_argument("--trust-remote-code", action="store_true", help="allow model code from the model folder")
-    parser.add_argument("--no-chat-template", action="store_true", help="plain-text prompts for every model")
+    add_loading_options(parser)
     parser.add_argument("--placement", choices=["local", "ray"], default="local", help="ray: each model in a Ray actor")
     parser.add_argument("--ray-address", metavar="ADDR", help="an existing Ray cluster (default: start a local one)")
     if one_prompt:

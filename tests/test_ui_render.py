@@ -337,6 +337,27 @@ def test_app_builds_and_rejects_a_bad_model_spec_before_launching(capsys):
     )  # the int8 flag parses; the bad spec still fails first
 
 
+def test_the_app_loads_its_models_with_the_clis_loading_flags(monkeypatch):
+    import app
+    from safe_engine import cli
+
+    flags = [
+        "--devices",
+        "cpu",
+        "--dtype",
+        "float32",
+        "--cpu-linear",
+        "torch",
+        "--trust-remote-code",
+        "--no-chat-template",
+    ]
+    started = []
+    monkeypatch.setattr(app, "launch", lambda demo, *args: started.append(demo))
+    monkeypatch.setattr(app, "build_demo", lambda specs, pool: pool)
+    assert app.main(flags) == 0
+    assert started[0].options == cli.load_options(cli.build_parser().parse_args(["generate", "--prompt", "x", *flags]))
+
+
 def test_app_says_so_when_its_port_is_taken(capsys):
     import socket
 
