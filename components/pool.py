@@ -12,8 +12,8 @@ from safe_engine.models import LoadedModel, LoadOptions
 
 
 class ModelPool:
-    """The load options the app was started with (the CLI's loading flags: `--devices`, `--dtype`, `--cpu-linear`…); the
-    models live in the engine's cache."""
+    """The load options the app was started with (the CLI's loading flags: `--devices`, `--dtype`,
+    `--cpu-linear`, …); the models live in the engine's cache."""
 
     def __init__(self, options: LoadOptions = LoadOptions()):
         self.options = options
