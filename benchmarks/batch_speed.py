@@ -19,15 +19,17 @@ once, each with its own speed prompt, SAFE at the form's defaults, `--app-tokens
 to finish against client 1 alone, and the worst client's time against its own prompt run alone (prompts
 differ: the longest alone takes longer than client 1's); each alone time is the median of `--app-repeats`
 runs; with each count, the CPU seconds the app's process and this one (the clients) spent meanwhile. Then
-the same runs with no app (`decode_many` in this process, the form's config, its CPU seconds): the floor
-the app's figures sit on, since the app only adds its own work to the engine's. bench: the README's 40 items
-(four shipped sets, `--bench-limit` each) run by `Bench` at each `--bench-sizes` batch size into a fresh
-folder; wall time against batch 1, and how many rows equal batch 1's.
+the same through `python -m safe_engine serve` (C plain HTTP clients, a chat completion each, not streamed:
+serving with no UI), and the same runs with no server (`decode_many` in this process, the form's config,
+its CPU seconds): the floor both sit on, since a server only adds its own work to the engine's.
+bench: the README's 40 items (four shipped sets, `--bench-limit` each) run by `Bench` at each
+`--bench-sizes` batch size into a fresh folder; wall time against batch 1, and how many rows equal batch 1's.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import socket
@@ -38,6 +40,8 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import astuple, replace
 from pathlib import Path
 
@@ -151,24 +155,35 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _serve_app(port: int, cpu_linear: str) -> subprocess.Popen:
-    app = subprocess.Popen(
-        [sys.executable, "app.py", "--port", str(port), "--cpu-linear", cpu_linear],
+@contextmanager
+def serving(arguments: list[str], ready_path: str) -> Iterator[tuple[str, int]]:
+    """Run `python ARGUMENTS --port P` (its output discarded) on a free port; yield its base URL and pid once
+    `ready_path` answers; end it afterwards."""
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    process = subprocess.Popen(
+        [sys.executable, *arguments, "--port", str(port)],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/gradio_api/info", timeout=2)
-            return app
-        except OSError:
-            if app.poll() is not None:
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                urllib.request.urlopen(base + ready_path, timeout=2)
                 break
-            time.sleep(1)
-    app.kill()
-    raise RuntimeError("the app did not start")
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"{' '.join(arguments)} did not start") from None
+                time.sleep(1)
+        yield base, process.pid
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
 
 
 def clients_at_once(url: str, count: int, prompts, settings) -> list[float]:
@@ -182,6 +197,20 @@ def clients_at_once(url: str, count: int, prompts, settings) -> list[float]:
             for i, c in enumerate(clients)
         ]
     )
+
+
+def requests_at_once(url: str, count: int, prompts, tokens: int) -> list[float]:
+    """Seconds each of `count` plain HTTP clients (stdlib, next to no CPU of their own) took to get its
+    chat completion, not streamed, from the OpenAI-compatible server."""
+
+    def ask(prompt: str) -> None:
+        body = {"model": "safe", "messages": [{"role": "user", "content": prompt}], "max_tokens": tokens}
+        request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=600) as response:
+            json.load(response)
+
+    chosen = [prompts[i % len(prompts)] for i in range(count)]
+    return finish_times([lambda p=p: ask(p) for p in chosen])
 
 
 def runs_at_once(models, count: int, prompts, config: DecodeConfig) -> list[float]:
@@ -244,31 +273,37 @@ def process_cpu_s(pid: int | None = None) -> float:
 
 
 def app_section(args) -> dict:
-    """Time to finish of C clients calling /generate at once, for each C, against one client alone; then the
-    same runs started at once in this process with no app: the least the app's figures could be."""
+    """Time to finish of C clients at once, for each C, against one client alone: through the app, through
+    the OpenAI-compatible server, then the same runs started at once in this process with no server: the
+    least either could take."""
     from gradio_client import Client
 
     prompts = KEPT + HARD
     chosen = RunSettings.defaults(list(DEFAULT_MODELS), "safe", args.app_tokens)
     counts = [int(c) for c in args.clients.split(",")]
-    port = _free_port()
-    app = _serve_app(port, args.cpu_linear)
-    try:
-        url = f"http://127.0.0.1:{port}/"
+    report = {"tokens": args.app_tokens, "repeats": args.app_repeats}
+    with serving(["app.py", "--cpu-linear", args.cpu_linear], "/gradio_api/info") as (base, pid):
+        url = base + "/"
         settings = astuple(chosen)
         Client(url, verbose=False).predict(prompts[0], *settings, api_name="/generate")  # loads, warms the models
-        report = {"tokens": args.app_tokens, "repeats": args.app_repeats}
         report["app"] = sharing_rows(
             lambda count, ps: clients_at_once(url, count, ps, settings),
             counts,
             prompts,
             args.app_repeats,
             "app",
-            lambda: {"app": process_cpu_s(app.pid), "clients": process_cpu_s()},
+            lambda: {"app": process_cpu_s(pid), "clients": process_cpu_s()},
         )
-    finally:
-        app.terminate()
-        app.wait(timeout=30)
+    with serving(["-m", "safe_engine", "serve", "--cpu-linear", args.cpu_linear], "/health") as (base, pid):
+        url = base + "/v1/chat/completions"
+        report["server"] = sharing_rows(
+            lambda count, ps: requests_at_once(url, count, ps, args.app_tokens),
+            counts,
+            prompts,
+            args.app_repeats,
+            "server",
+            lambda: {"server": process_cpu_s(pid), "clients": process_cpu_s()},
+        )
     models = load_models(list(DEFAULT_MODELS), LoadOptions(device="cpu", cpu_linear=args.cpu_linear))
     _, config = decoding(chosen)
     runs_at_once(models, 2, prompts, config)  # warms this process's models
