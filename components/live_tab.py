@@ -138,15 +138,16 @@ class LiveTab:
         models.change(
             lambda text: gr.Dropdown(choices=settings.parse_specs(text)), [models], [drafter], api_visibility="private"
         )
-        run.click(
+        live_run = run.click(
             self.run,
             [self.prompt, *self.form.inputs],
-            [self.status, self.sharing, self.download, *self.panel.outputs, *self.whatif.reset_outputs],
+            [self.status, self.sharing, self.download, *self.panel.outputs, self.whatif.origin],
             api_name="generate",
             **MODELS_QUEUE,
         )
         runner.stop_button(stop, api_name="stop")
         self.whatif.wire(self.panel)
+        self.whatif.follow(live_run)
 
     def run(self, request: gr.Request, prompt: str, *values):
         view, loaded = RunView(), []
@@ -160,7 +161,7 @@ class LiveTab:
                 self.status: status_html(f"Running {config.strategy} on {names}…", "busy"),
                 self.download: gr.DownloadButton(interactive=False),
             }
-            return events, first | self.panel.fresh(view) | self.whatif.reset(origin)
+            return events, first | self.panel.fresh(view) | {self.whatif.origin: origin}
 
         def step(event, pace) -> dict | None:
             view.add(event.to_dict())
@@ -174,15 +175,11 @@ class LiveTab:
             else:
                 outcome = status_html(f"The run broke off: {broke_off}. The transcript so far is kept.", "error")
             trace = save_trace(view.events, f"{view.label}-trace")
-            return (
-                {
-                    self.status: outcome,
-                    self.sharing: sharing_html(loaded),
-                    self.download: gr.DownloadButton(value=trace, interactive=True),
-                }
-                | self.panel.show(view)
-                | self.whatif.offer(view, view.pinned)
-            )
+            return {
+                self.status: outcome,
+                self.sharing: sharing_html(loaded),
+                self.download: gr.DownloadButton(value=trace, interactive=True),
+            } | self.panel.show(view)
 
         def check():
             return settings.build(prompt, self.form.read(values))

@@ -72,11 +72,12 @@ def branch_config(origin: Origin, view: RunView, index: int, text: str) -> Decod
 class WhatIf:
     """The controls and the branch's status line live under the Live panel's pinned details (`controls`,
     passed to that RunPanel); the branch's own panel below the Live panel (`section`), hidden until a branch
-    starts; `wire` connects them once both exist."""
+    starts; `wire` connects them once both exist, `follow` to the Live event."""
 
     def __init__(self, runner: Runner):
         self.runner = runner
-        self.origin = gr.State(None)  # the Origin of the Live run shown, set when it starts
+        self.origin = gr.State(None)  # the Origin of the Live run shown, set by the Live event when the run starts
+        self.followed = gr.State(None)  # the Origin this section was last reset for (`follow`)
         self.index = gr.State(None)  # the pinned token to branch at
 
     def controls(self) -> None:
@@ -132,34 +133,45 @@ class WhatIf:
     def _original_outputs(self) -> list:
         return [self.original.view, self.original.transcript]
 
-    @property
-    def reset_outputs(self) -> list:
-        return [
-            self.origin,
-            self.index,
-            self.hint,
-            self.choices,
-            self.text,
-            self.status,
-            self.box,
-            self.damage,
-            self.download,
-            *self.panel.outputs,
-        ]
+    def follow(self, live_run) -> None:
+        """After each Live event (`live_run`, its dependency), catch up with the run it showed. Done in an event
+        of its own, not among the Live event's outputs: Gradio rebuilds every output an update leaves out, so
+        the 10 components this resets would cost every frame of every Live run about a millisecond each."""
+        live_run.then(
+            self._follow,
+            [self.origin, self.followed, self.original.view],
+            [
+                self.followed,
+                self.index,
+                self.hint,
+                self.choices,
+                self.text,
+                self.status,
+                self.box,
+                self.damage,
+                self.download,
+                *self.panel.outputs,
+            ],
+            api_visibility="private",
+            queue=False,
+        )
 
-    def reset(self, origin: Origin) -> dict:
-        """A new Live run: remember how it was made; the old branch and pin no longer apply."""
-        return {
-            self.origin: origin,
+    def _follow(self, origin: Origin | None, followed: Origin | None, view: RunView):
+        """A new Live run was shown (its Origin is not the one followed): the old branch and pin no longer apply,
+        and a token pinned while the run streamed is offered now that it has finished. A Live event that was
+        refused (bad input) left the origin as it was, and the branch shown stays."""
+        if origin is None or origin is followed:
+            return gr.skip()
+        reset = {
+            self.followed: origin,
             self.index: None,
-            self.hint: HINT,
-            self.choices: gr.Radio(choices=[], value=None, visible=False),
             self.text: "",
             self.status: status_html(IDLE),
             self.box: gr.Column(visible=False),
             self.damage: charts.damage([]),
             self.download: gr.DownloadButton(value=None, interactive=False),
-        } | self.panel.fresh(RunView())
+        }
+        return reset | self.panel.fresh(RunView()) | self.offer(view, view.pinned)
 
     def offer(self, view: RunView, index: int | None) -> dict:
         """The controls for branching at token `index` of `view` (nothing to offer before the run finished)."""

@@ -270,6 +270,13 @@ def test_what_if_branch_forces_a_token_and_marks_the_first_difference(page, tmp_
     page.locator("#whatif-run").click()
     expect(page.locator("#branch-status")).to_contain_text("pick a candidate or type", timeout=30_000)
     expect(forced).to_have_count(1)  # a bad input keeps the branch already shown
+    _run(page, "The capital of Madagascar is", 0)  # a Live run refused: the branch stays too
+    expect(page.locator("#live-status")).to_contain_text("max new tokens", timeout=30_000)
+    expect(page.locator("#branch-section")).to_be_visible()
+    _run(page, "The capital of Madagascar is", 4)  # a new Live run: the old branch no longer applies
+    expect(page.locator("#live-status")).to_contain_text("Done", timeout=RUN_MS)
+    expect(page.locator("#branch-section")).to_be_hidden(timeout=30_000)
+    expect(page.locator("#branch-status")).to_contain_text("No branch yet")
     assert "Traceback" not in page.content()
 
 

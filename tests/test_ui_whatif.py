@@ -187,3 +187,28 @@ def test_forcing_the_committed_text_marks_nothing(tab, specs):
     ].decision == "forced"
     assert branch.diverge is original.diverge is None and " diverge" not in outputs[-1][tab.panel.transcript]
     assert "no token differs from the original" in outputs[-1][tab.status]
+
+
+def test_a_new_live_run_resets_the_branch_and_a_refused_one_keeps_it(tab, specs):
+    origin, original = _original(tab.runner.pool, specs, DecodeConfig(max_new_tokens=6))
+    original.pinned = 2  # pinned while the run streamed
+    assert tab._follow(None, None, original) == gr.skip()  # no Live run yet
+    shown = tab._follow(origin, None, original)
+    assert shown[tab.followed] is origin and shown[tab.box].visible is False and "No branch yet" in shown[tab.status]
+    assert shown[tab.index] == 2 and "token #2" in shown[tab.hint]  # the pin is offered once the run has finished
+    assert shown[tab.panel.view].tokens == []
+    # a refused Live event leaves the origin as it was: the branch shown stays
+    assert tab._follow(origin, origin, original) == gr.skip()
+
+
+def test_the_live_event_streams_none_of_the_what_if_section():
+    """Gradio rebuilds every output an update leaves out, at every frame: the What-if section catches up in
+    an event of its own, after the Live run."""
+    import app
+
+    demo = app.build_demo()
+    live = next(fn for fn in demo.fns.values() if fn.api_name == "generate")
+    follow = next(fn for fn in demo.fns.values() if getattr(fn.fn, "__name__", "") == "_follow")
+    assert all(block.elem_id.startswith("live-") for block in live.outputs if not block.stateful)
+    assert not {block._id for block in live.outputs} & {block._id for block in follow.outputs}
+    assert follow.trigger_after == live._id
