@@ -282,38 +282,30 @@ def app_section(args) -> dict:
     chosen = RunSettings.defaults(list(DEFAULT_MODELS), "safe", args.app_tokens)
     counts = [int(c) for c in args.clients.split(",")]
     report = {"tokens": args.app_tokens, "repeats": args.app_repeats}
+
+    def measure(where: str, at_once, cpu) -> dict:
+        return sharing_rows(at_once, counts, prompts, args.app_repeats, where, cpu)
+
     with serving(["app.py", "--cpu-linear", args.cpu_linear], "/gradio_api/info") as (base, pid):
-        url = base + "/"
-        settings = astuple(chosen)
+        url, settings = base + "/", astuple(chosen)
         Client(url, verbose=False).predict(prompts[0], *settings, api_name="/generate")  # loads, warms the models
-        report["app"] = sharing_rows(
-            lambda count, ps: clients_at_once(url, count, ps, settings),
-            counts,
-            prompts,
-            args.app_repeats,
+        report["app"] = measure(
             "app",
+            lambda count, ps: clients_at_once(url, count, ps, settings),
             lambda: {"app": process_cpu_s(pid), "clients": process_cpu_s()},
         )
     with serving(["-m", "safe_engine", "serve", "--cpu-linear", args.cpu_linear], "/health") as (base, pid):
         url = base + "/v1/chat/completions"
-        report["server"] = sharing_rows(
-            lambda count, ps: requests_at_once(url, count, ps, args.app_tokens),
-            counts,
-            prompts,
-            args.app_repeats,
+        report["server"] = measure(
             "server",
+            lambda count, ps: requests_at_once(url, count, ps, args.app_tokens),
             lambda: {"server": process_cpu_s(pid), "clients": process_cpu_s()},
         )
     models = load_models(list(DEFAULT_MODELS), LoadOptions(device="cpu", cpu_linear=args.cpu_linear))
     _, config = decoding(chosen)
     runs_at_once(models, 2, prompts, config)  # warms this process's models
-    report["engine"] = sharing_rows(
-        lambda count, ps: runs_at_once(models, count, ps, config),
-        counts,
-        prompts,
-        args.app_repeats,
-        "engine, no app",
-        lambda: {"engine": process_cpu_s()},
+    report["engine"] = measure(
+        "no server", lambda count, ps: runs_at_once(models, count, ps, config), lambda: {"engine": process_cpu_s()}
     )
     return report
 
