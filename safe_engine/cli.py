@@ -59,15 +59,16 @@ def add_loading_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cpu-int8",
         action="store_true",
-        help="int8 weights on the CPU: faster, less accurate (the README has the measured speed and accuracy)",
+        help="int8 weights and activations on the CPU: faster, less accurate, tokens differ from the reference",
     )
     parser.add_argument(
         "--cpu-linear",
         choices=CPU_LINEAR_MODES,
-        default="int8-head",
-        help="linear layers on the CPU: int8-head (default: int8 weights for the output layer, the rest fp32 "
-        "streamed), streamed (all fp32, the same weights, faster products and a packed copy of them), torch "
-        "(transformers' own layers, no second copy); the README has the measured speed, accuracy and memory",
+        default="streamed",
+        help="linear layers on the CPU: streamed (default: fp32, the same weights, faster products and a packed "
+        "copy of them; the reference's tokens), torch (transformers' own fp32 layers, no second copy), int8-head "
+        "(int8 weights for the output layer and bf16 logits: about 10%% faster, but tokens may differ from the "
+        "reference where two candidates nearly tie); the docs have the measured speed, accuracy and memory",
     )
     parser.add_argument(
         "--devices",

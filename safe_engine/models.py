@@ -21,7 +21,9 @@ DEFAULT_MODELS = ("embedded:gemma-3-270m", "embedded:smollm2-135m-instruct")
 
 RAY_PREFIX = "ray:"
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-CPU_LINEAR_MODES = ("int8-head", "streamed", "torch")  # cpu_linear.py; --cpu-linear
+CPU_LINEAR_MODES = ("streamed", "torch", "int8-head")  # cpu_linear.py; --cpu-linear
+# Modes whose logits are not fp32: their tokens may differ from the reference computation (a near-tie can flip).
+APPROXIMATE_CPU_LINEAR = frozenset({"int8-head"})
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
@@ -128,7 +130,7 @@ class LoadOptions:
     chat_template: bool = True
     attn_implementation: str | None = None
     cpu_int8: bool = False  # int8 weights, dynamically quantized activations (every Linear layer, the LM head included)
-    cpu_linear: str = "int8-head"  # linear layers on the CPU (`cpu_linear.py`): int8-head, streamed or torch
+    cpu_linear: str = "streamed"  # linear layers on the CPU (`cpu_linear.py`): streamed (fp32), torch or int8-head
 
 
 @dataclass
@@ -193,6 +195,8 @@ class LoadedModel:
             "device": self.device,
             "dtype": "int8" if self.int8 else str(self.dtype).replace("torch.", ""),
             **({"cpu_linear": self.cpu_linear} if self.cpu_linear else {}),
+            # int8 weights or an int8 head: logits off the fp32 computation, so tokens may differ from the reference
+            "approximate": self.int8 or self.cpu_linear in APPROXIMATE_CPU_LINEAR,
             "vocab_size": len(self.tokenizer),
             "chat_template": self.use_chat_template and self.has_chat_template,
         }

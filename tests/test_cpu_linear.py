@@ -123,9 +123,15 @@ def test_streamed_linears_compute_what_transformers_layers_compute(tmp_path):
         torch.testing.assert_close(streamed.model(ids).logits, plain.model(ids).logits, rtol=1e-4, atol=1e-5)
 
 
-def test_cpu_models_load_with_an_int8_head_by_default_the_rest_streamed(tmp_path):
+def test_cpu_models_load_all_fp32_streamed_by_default_and_say_they_are_exact(tmp_path):
     lm = load_model(str(_folder(tmp_path)), LoadOptions(device="cpu"))
-    assert lm.describe()["cpu_linear"] == "int8-head"
+    assert lm.describe()["cpu_linear"] == "streamed" and lm.describe()["approximate"] is False
+    assert _linear_types(lm.model) == {StreamedLinear}
+
+
+def test_an_int8_head_is_one_flag_away_and_says_its_tokens_may_differ(tmp_path):
+    lm = load_model(str(_folder(tmp_path)), LoadOptions(device="cpu", cpu_linear="int8-head"))
+    assert lm.describe()["cpu_linear"] == "int8-head" and lm.describe()["approximate"] is True
     assert isinstance(lm.model.get_output_embeddings(), Int8WeightLinear)
     body = {type(m) for name, m in lm.model.named_modules() if isinstance(m, nn.Linear)}
     assert body == {StreamedLinear}
@@ -136,12 +142,12 @@ def test_cpu_models_load_with_an_int8_head_by_default_the_rest_streamed(tmp_path
 
 def test_int8_dynamic_takes_precedence_and_says_so(tmp_path):
     lm = load_model(str(_folder(tmp_path)), LoadOptions(device="cpu", cpu_int8=True))
-    assert lm.cpu_linear is None and lm.describe()["dtype"] == "int8"
+    assert lm.cpu_linear is None and lm.describe()["dtype"] == "int8" and lm.describe()["approximate"] is True
     assert StreamedLinear not in _linear_types(lm.model)
 
 
 def test_an_unknown_mode_is_a_clear_load_error(tmp_path):
-    with pytest.raises(ModelLoadError, match="--cpu-linear is one of int8-head, streamed, torch"):
+    with pytest.raises(ModelLoadError, match="--cpu-linear is one of streamed, torch, int8-head"):
         load_model(str(_folder(tmp_path)), LoadOptions(device="cpu", cpu_linear="fast"))
 
 
