@@ -24,13 +24,13 @@ from components.compare_tab import CompareTab  # noqa: E402
 from components.live_tab import LiveTab  # noqa: E402
 from components.pool import ModelPool  # noqa: E402
 from components.replay_tab import ReplayTab, shipped_traces  # noqa: E402
-from components.runner import Runner  # noqa: E402
+from components.run_stream import Runner  # noqa: E402
 from components.stops import Stops  # noqa: E402
 from components.tokenizers_tab import TokenizersTab  # noqa: E402
-from safe_engine.cli import add_loading_options, load_options  # noqa: E402
-from safe_engine.errors import SafeEngineError  # noqa: E402
-from safe_engine.models import DEFAULT_MODELS, resolve_spec  # noqa: E402
-from safe_engine.placement import checked  # noqa: E402
+from safe_engine.contract.errors import SafeEngineError  # noqa: E402
+from safe_engine.models.placement import checked  # noqa: E402
+from safe_engine.models.specs import DEFAULT_MODELS, resolve_spec  # noqa: E402
+from safe_engine.options import add_loading_options, load_options  # noqa: E402
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 

@@ -20,12 +20,12 @@ import time
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from safe_engine.models.cache import load_models
+from safe_engine.models.specs import DEFAULT_MODELS
+from safe_engine.orchestration.comparison import warm_up
+from safe_engine.strategies.decoding import DecodeConfig, decode
 
-from safe_engine.compare import load_models, warm_up  # noqa: E402
-from safe_engine.decoding import DecodeConfig, decode  # noqa: E402
-from safe_engine.models import DEFAULT_MODELS  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 PROMPTS = [
     "Tom has 3 apples and buys 5 more. How many apples does he have?",

@@ -45,20 +45,19 @@ from contextlib import contextmanager
 from dataclasses import astuple, replace
 from pathlib import Path
 
+from benchmarks.safe_speed import HARD, KEPT, write_json
+from components.settings import RunSettings, decoding
+from safe_engine import DecodeRequest, decode_many
+from safe_engine.bench import Bench, load_results, load_task
+from safe_engine.contract.events import RunFinished, TextCommitted
+from safe_engine.models.cache import load_models
+from safe_engine.models.loading import LoadOptions
+from safe_engine.models.specs import DEFAULT_MODELS
+from safe_engine.orchestration.comparison import warm_up
+from safe_engine.runtime.session import SCHEDULER, ModelSession
+from safe_engine.strategies.decoding import DecodeConfig
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from safe_speed import HARD, KEPT, write_json  # noqa: E402
-
-from components.settings import RunSettings, decoding  # noqa: E402
-from safe_engine import DecodeRequest, decode_many  # noqa: E402
-from safe_engine.bench import Bench, load_results, load_task  # noqa: E402
-from safe_engine.compare import load_models, warm_up  # noqa: E402
-from safe_engine.decoding import DecodeConfig  # noqa: E402
-from safe_engine.events import RunFinished, TextCommitted  # noqa: E402
-from safe_engine.models import DEFAULT_MODELS, LoadOptions  # noqa: E402
-from safe_engine.runtime import SCHEDULER, ModelSession  # noqa: E402
 
 
 def committed(events) -> list[tuple[list[int], str]]:

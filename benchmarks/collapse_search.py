@@ -23,13 +23,13 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from safe_engine.models.cache import load_models
+from safe_engine.models.specs import DEFAULT_MODELS
+from safe_engine.orchestration.comparison import comparison_plan, summarize, warm_up
+from safe_engine.run.damage import degenerate
+from safe_engine.strategies.decoding import DecodeConfig, decode
 
-from safe_engine.compare import comparison_plan, load_models, summarize, warm_up  # noqa: E402
-from safe_engine.damage import degenerate  # noqa: E402
-from safe_engine.decoding import DecodeConfig, decode  # noqa: E402
-from safe_engine.models import DEFAULT_MODELS  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 PROMPTS = ROOT / "benchmarks" / "collapse_prompts.jsonl"
 REPORT = ROOT / "benchmarks" / "results" / "collapse_search.md"
@@ -149,7 +149,7 @@ def report(args) -> None:
         "Produced by `python benchmarks/collapse_search.py` on the embedded pair (Gemma-3-270M drafts, "
         f"SmolLM2-135M verifies), greedy, at most {args.max_new_tokens} new tokens per run. "
         "A run is *degenerate* when its longest token run ≥ 8, longest line run ≥ 4, "
-        "repeated 4-gram rate ≥ 0.5 or whitespace share ≥ 0.3 (`safe_engine/damage.py`).",
+        "repeated 4-gram rate ≥ 0.5 or whitespace share ≥ 0.3 (`safe_engine/run/damage.py`).",
         "",
         "| strategy | degenerate | median severity | median repeated 4-grams "
         "| drafter's non-canonical context (most in a run): mean / runs ≥ 20 / runs ≥ 100 "

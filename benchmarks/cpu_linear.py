@@ -15,23 +15,21 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 
+from benchmarks.safe_speed import HARD, KEPT, write_json
+from safe_engine.bench import Bench, load_results, load_task
+from safe_engine.contract.events import RunFinished
+from safe_engine.models.cache import load_models
+from safe_engine.models.loading import LoadOptions
+from safe_engine.models.specs import DEFAULT_MODELS
+from safe_engine.orchestration.comparison import warm_up
+from safe_engine.strategies.decoding import DecodeConfig, decode
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from safe_speed import HARD, KEPT, write_json  # noqa: E402
-
-from safe_engine.bench import Bench, load_results, load_task  # noqa: E402
-from safe_engine.compare import load_models, warm_up  # noqa: E402
-from safe_engine.decoding import DecodeConfig, decode  # noqa: E402
-from safe_engine.events import RunFinished  # noqa: E402
-from safe_engine.models import DEFAULT_MODELS, LoadOptions  # noqa: E402
 
 BENCH_TASKS = ("facts", "arithmetic", "copying", "completion")
 

@@ -1,4 +1,4 @@
-"""SAFE with overlap on vs off (`safe_engine/overlap.py`): seconds per token, side by side in one process.
+"""SAFE with overlap on vs off (`safe_engine/strategies/overlap.py`): seconds per token, side by side in one process.
 
     python benchmarks/overlap_speed.py [--prompts 5] [--max-new-tokens 48] [--devices D ...] [--out FILE.json]
 
@@ -18,14 +18,12 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from safe_speed import write_json  # noqa: E402
-
-from safe_engine.compare import load_models, summarize, warm_up  # noqa: E402
-from safe_engine.decoding import DecodeConfig, decode  # noqa: E402
-from safe_engine.models import DEFAULT_MODELS, LoadedModel, LoadOptions  # noqa: E402
+from benchmarks.safe_speed import write_json
+from safe_engine.models.cache import load_models
+from safe_engine.models.loading import LoadedModel, LoadOptions
+from safe_engine.models.specs import DEFAULT_MODELS
+from safe_engine.orchestration.comparison import summarize, warm_up
+from safe_engine.strategies.decoding import DecodeConfig, decode
 
 PROMPTS = [
     "Tom has 3 apples and buys 5 more. How many apples does he have?",

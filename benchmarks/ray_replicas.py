@@ -16,20 +16,18 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import ray
+import torch
 
-import ray  # noqa: E402
-import torch  # noqa: E402
-
-from safe_engine.bench import load_task, strategy_labels  # noqa: E402
-from safe_engine.config import DecodeConfig  # noqa: E402
-from safe_engine.distributed.ray_bench import RayBench  # noqa: E402
-from safe_engine.models import DEFAULT_MODELS, LoadOptions, load_model, resolve_spec  # noqa: E402
+from safe_engine.bench import load_task, strategy_labels
+from safe_engine.contract.config import DecodeConfig
+from safe_engine.distributed.ray_bench import RayBench
+from safe_engine.models.loading import LoadOptions, load_model
+from safe_engine.models.specs import DEFAULT_MODELS, resolve_spec
 
 
 def step_seconds(lm, calls: int) -> list[float]:

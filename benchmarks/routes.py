@@ -20,13 +20,12 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from safe_engine.bench import load_task, run_example  # noqa: E402
-from safe_engine.cli import build_parser  # noqa: E402
-from safe_engine.compare import load_models, warm_up  # noqa: E402
-from safe_engine.config import DecodeConfig  # noqa: E402
-from safe_engine.models import DEFAULT_MODELS  # noqa: E402
+from safe_engine.bench import load_task, run_example
+from safe_engine.cli import build_parser
+from safe_engine.contract.config import DecodeConfig
+from safe_engine.models.cache import load_models
+from safe_engine.models.specs import DEFAULT_MODELS
+from safe_engine.orchestration.comparison import warm_up
 
 TASKS = str(Path(__file__).resolve().parents[1] / "safe_engine" / "integrations" / "lm_eval_tasks")
 
@@ -53,11 +52,11 @@ def lm_eval_route(model, task, limit):
 def serve(models, strategy):
     import uvicorn
 
+    from safe_engine.options import decoding_values
     from safe_engine.server.app import Settings, create_app
-    from safe_engine.server.runner import decoding_options
 
     args = build_parser().parse_args(["serve", "--models", *[m.spec.spec for m in models]])
-    app = create_app(models, Settings(decoding_options(args), strategy=strategy))
+    app = create_app(models, Settings(decoding_values(args), strategy=strategy))
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]

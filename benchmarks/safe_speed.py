@@ -20,15 +20,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from safe_engine.compare import load_models, summarize, warm_up  # noqa: E402
-from safe_engine.decoding import DecodeConfig, decode  # noqa: E402
-from safe_engine.models import DEFAULT_MODELS, LoadOptions  # noqa: E402
+from safe_engine.models.cache import load_models
+from safe_engine.models.loading import LoadOptions
+from safe_engine.models.specs import DEFAULT_MODELS
+from safe_engine.orchestration.comparison import summarize, warm_up
+from safe_engine.strategies.decoding import DecodeConfig, decode
 
 KEPT = [
     "Tom has 3 apples and buys 5 more. How many apples does he have?",

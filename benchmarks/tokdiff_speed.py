@@ -9,15 +9,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from components.tokenizer_view import pair_view_html  # noqa: E402
-from safe_engine.models import DEFAULT_MODELS  # noqa: E402
-from safe_engine.tokdiff import load_vocabs, pair_view  # noqa: E402
+from components.tokenizer_view import pair_view_html
+from safe_engine.analysis.tokdiff import load_vocabs, pair_view
+from safe_engine.models.specs import DEFAULT_MODELS
 
 SAMPLE = (
     "The capital of Madagascar is Antananarivo; Burkina Faso's is Ouagadougou. An unbelievable 12,345.67 km!\n"

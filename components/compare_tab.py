@@ -12,12 +12,12 @@ from pathlib import Path
 import gradio as gr
 import pandas as pd
 
-from safe_engine.compare import ratios, run_comparison, summarize
-from safe_engine.damage import degenerate
-from safe_engine.decoding import DecodeConfig
+from safe_engine.orchestration.comparison import ratios, run_comparison, summarize
+from safe_engine.run.damage import degenerate
+from safe_engine.strategies.decoding import DecodeConfig
 
 from . import charts, settings
-from .runner import MODELS_QUEUE, Runner
+from .run_stream import MODELS_QUEUE, Runner
 from .text import esc
 from .transcript import compare_html, degeneration_text, legend_html, status_html
 from .view import RunView, save_trace

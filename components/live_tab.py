@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import gradio as gr
 
-from safe_engine.decoding import PER_TOKEN_COMMITS, SAFE_MODES, DecodeConfig
-from safe_engine.ensemble import METHODS, SHARPENING
-from safe_engine.many_runs import decode_ahead
+from safe_engine.contract.config import METHODS, SHARPENING
+from safe_engine.orchestration.many_runs import decode_ahead
+from safe_engine.strategies.decoding import PER_TOKEN_COMMITS, SAFE_MODES, DecodeConfig
 
 from . import settings
 from .panel import RunPanel
-from .runner import MODELS_QUEUE, Runner, sharing_html
+from .run_stream import MODELS_QUEUE, Runner, sharing_html
 from .transcript import status_html
 from .view import RunView, save_trace
 from .whatif import Origin, WhatIf

@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 import gradio as gr
 
-from safe_engine.errors import SafeEngineError
-from safe_engine.tokdiff import load_vocabs, pair_view
+from safe_engine.analysis.tokdiff import load_vocabs, pair_view
+from safe_engine.contract.errors import SafeEngineError
 
 from . import charts
 from .text import esc, quoted

@@ -1,4 +1,4 @@
-"""The app's view of the engine's one model cache (`safe_engine.compare.load_models`): loading in a thread
+"""The app's view of the engine's one model cache (`safe_engine.models.cache.load_models`): loading in a thread
 that reports progress, so the page can say what is happening during the minutes a first conversion takes."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import queue
 import threading
 from collections.abc import Iterator, Sequence
 
-from safe_engine.compare import load_models
-from safe_engine.models import LoadedModel, LoadOptions
+from safe_engine.models.cache import load_models
+from safe_engine.models.loading import LoadedModel, LoadOptions
 
 
 class ModelPool:

@@ -11,10 +11,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
-from safe_engine.decoding import DecodeConfig
-from safe_engine.ensemble import EnsembleConfig
-from safe_engine.errors import ConfigError
-from safe_engine.models import resolve_spec
+from safe_engine.contract.config import EnsembleConfig
+from safe_engine.contract.errors import ConfigError
+from safe_engine.models.specs import resolve_spec
+from safe_engine.strategies.decoding import DecodeConfig
 
 MAX_PROMPT_CHARS = 4000
 MAX_NEW_TOKENS = 512  # the engine allows more; on a CPU 512 tokens already take minutes

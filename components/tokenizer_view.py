@@ -14,7 +14,7 @@ from itertools import takewhile
 import pandas as pd
 import plotly.graph_objects as go
 
-from safe_engine.tokdiff import CorpusScan, PairView, ProbeResult, Token, WordAgreement, direction, visible
+from safe_engine.analysis.tokdiff import CorpusScan, PairView, ProbeResult, Token, WordAgreement, direction, visible
 
 from .text import esc, plot_label
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import gradio as gr
 
-from safe_engine.errors import ConfigError, SafeEngineError
-from safe_engine.tokdiff import corpus_scan, load_vocabs, pair_view, vocab_overlap, word_agreement
+from safe_engine.analysis.tokdiff import corpus_scan, load_vocabs, pair_view, vocab_overlap, word_agreement
+from safe_engine.contract.errors import ConfigError, SafeEngineError
 
 from . import charts
-from .runner import problem
+from .run_stream import problem
 from .settings import MAX_PROMPT_CHARS, parse_specs
 from .tokenizer_view import corpus_frame, corpus_html, pair_view_html, rates_frame, stats_html, token_length_figure
 from .transcript import status_html

@@ -9,14 +9,14 @@ from dataclasses import dataclass, replace
 
 import gradio as gr
 
-from safe_engine.alignment import EOS_KEY
-from safe_engine.decoding import DecodeConfig
-from safe_engine.errors import ConfigError
-from safe_engine.many_runs import decode_ahead
+from safe_engine.contract.errors import ConfigError
+from safe_engine.orchestration.many_runs import decode_ahead
+from safe_engine.strategies.decoding import DecodeConfig
+from safe_engine.tokenization.alignment import EOS_KEY
 
 from . import charts
 from .panel import RunPanel
-from .runner import MODELS_QUEUE, Runner
+from .run_stream import MODELS_QUEUE, Runner
 from .text import esc, quoted
 from .transcript import status_html, transcript_html
 from .view import RunView, first_difference, save_trace

@@ -28,10 +28,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from safe_engine.embedded import Progress, build_once, cache_root, is_built, stderr_progress  # noqa: E402
-from safe_engine.errors import ModelLoadError  # noqa: E402
+from safe_engine.contract.errors import ModelLoadError
+from safe_engine.models.embedded import Progress, build_once, cache_root, is_built, stderr_progress
 
 NPM_DIR = Path(__file__).resolve().parent / "js-tokenizers"
 NODE_TIMEOUT_S = 300

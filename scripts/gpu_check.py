@@ -24,15 +24,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from benchmarks.overlap_speed import PROMPTS, measure, variants
+from safe_engine.models.embedded import cache_root
+from safe_engine.models.loading import LoadedModel
+from safe_engine.models.specs import ResolvedSpec
+from safe_engine.orchestration.comparison import warm_up
+from safe_engine.strategies.decoding import DecodeConfig
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
-
-from overlap_speed import PROMPTS, measure, variants  # noqa: E402
-
-from safe_engine.compare import warm_up  # noqa: E402
-from safe_engine.decoding import DecodeConfig  # noqa: E402
-from safe_engine.embedded import cache_root  # noqa: E402
-from safe_engine.models import LoadedModel, ResolvedSpec  # noqa: E402
 
 CONFIGS = {  # the published shapes; the vocabularies are the converted tokenizers'
     "llama-3": dict(

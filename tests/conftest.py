@@ -16,10 +16,11 @@ from contextlib import ExitStack
 
 import pytest
 
-from safe_engine import decoding
-from safe_engine.compare import load_models
-from safe_engine.models import DEFAULT_MODELS, LoadOptions
-from safe_engine.runtime import SCHEDULER
+from safe_engine.models.cache import load_models
+from safe_engine.models.loading import LoadOptions
+from safe_engine.models.specs import DEFAULT_MODELS
+from safe_engine.runtime.session import SCHEDULER
+from safe_engine.strategies import decoding
 
 BATCHED = os.environ.get("SAFE_TEST_BATCHED") == "1"
 DEFAULT_CONFIG = decoding.DecodeConfig()

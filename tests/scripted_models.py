@@ -22,8 +22,9 @@ from types import SimpleNamespace
 import torch
 from tiny_models import EOS, unigram_tokenizer
 
-from safe_engine.alignment import TokenBytes
-from safe_engine.models import LoadedModel, ResolvedSpec
+from safe_engine.models.loading import LoadedModel
+from safe_engine.models.specs import ResolvedSpec
+from safe_engine.tokenization.alignment import TokenBytes
 
 Table = Mapping[str | bytes, Mapping[str | bytes, float]]
 

@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tiny_models import unigram_tokenizer
 
-from safe_engine.alignment import (
+from safe_engine.tokenization.alignment import (
     CharIndex,
     TokenBytes,
     complete_utf8_prefix,

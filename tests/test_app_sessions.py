@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from tiny_models import char_tokenizer, tiny_model_folder, unigram_tokenizer
 
-from components.runner import sharing_html
+from components.run_stream import sharing_html
 from components.settings import RunSettings
 from components.stops import Stops
-from safe_engine.compare import load_models
-from safe_engine.decoding import DecodeConfig, decode
-from safe_engine.runtime import SCHEDULER
+from safe_engine.models.cache import load_models
+from safe_engine.runtime.session import SCHEDULER
+from safe_engine.strategies.decoding import DecodeConfig, decode
 
 Client = pytest.importorskip("gradio_client").Client
 PROMPTS = ["the cat sat on", "a dog", "on the mat the cat sat at the"]

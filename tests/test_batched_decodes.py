@@ -5,9 +5,9 @@ from conftest import BATCHED
 from scripted_models import scripted
 from tiny_models import char_tokenizer, tiny_model
 
-from safe_engine import decoding
-from safe_engine.decoding import DecodeConfig, decode
-from safe_engine.events import RunFinished, TextCommitted
+from safe_engine.contract.events import RunFinished, TextCommitted
+from safe_engine.strategies import decoding
+from safe_engine.strategies.decoding import DecodeConfig, decode
 
 P = "Q:"
 

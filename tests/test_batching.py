@@ -11,13 +11,13 @@ from scripted_models import ScriptedLM, scripted
 from tiny_models import char_tokenizer, tiny_model, tiny_model_folder, unigram_tokenizer
 
 from safe_engine import DecodeRequest, decode_ahead, decode_many
-from safe_engine.batching import ActiveRun, Request
-from safe_engine.decoding import DecodeConfig, decode
-from safe_engine.errors import ConfigError
-from safe_engine.events import RunFinished, TextCommitted
-from safe_engine.kv_slots import KVSlot, row_mask
-from safe_engine.models import LoadOptions, load_model
-from safe_engine.runtime import SCHEDULER, ModelSession
+from safe_engine.contract.errors import ConfigError
+from safe_engine.contract.events import RunFinished, TextCommitted
+from safe_engine.models.loading import LoadOptions, load_model
+from safe_engine.runtime.batching import ActiveRun, Request
+from safe_engine.runtime.kv_slots import KVSlot, row_mask
+from safe_engine.runtime.session import SCHEDULER, ModelSession
+from safe_engine.strategies.decoding import DecodeConfig, decode
 
 
 def full_forward(lm, ids, starts):
@@ -456,7 +456,7 @@ def test_real_pair_batched_safe_runs_match_runs_alone(embedded_pair):
 
 
 def test_runs_sharing_counts_each_run_on_the_models_once(pair):
-    from safe_engine.runtime import runs_sharing
+    from safe_engine.runtime.session import runs_sharing
 
     assert runs_sharing(pair) == 0
     config = DecodeConfig(strategy="safe", max_new_tokens=24)

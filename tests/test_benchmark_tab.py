@@ -11,7 +11,7 @@ from components.settings import RunSettings
 from safe_engine.bench import builtin_tasks
 from safe_engine.bench.report import write_report
 from safe_engine.bench.store import RESULTS, SETTINGS
-from safe_engine.errors import ConfigError, ModelSpecError
+from safe_engine.contract.errors import ConfigError, ModelSpecError
 
 MODELS = "embedded:gemma-3-270m\nembedded:smollm2-135m-instruct"
 DRAFTER = "gemma-3-270m"

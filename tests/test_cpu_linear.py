@@ -7,15 +7,15 @@ import pytest
 import torch
 from torch import nn
 
-from safe_engine.cpu_linear import (
+from safe_engine.contract.errors import ModelLoadError
+from safe_engine.models.cpu_linear import (
     PACKED_FROM_ROWS,
     Int8WeightLinear,
     StreamedLinear,
     install_cpu_linear,
     packing_available,
 )
-from safe_engine.errors import ModelLoadError
-from safe_engine.models import LoadOptions, load_model
+from safe_engine.models.loading import LoadOptions, load_model
 from tests.tiny_models import tiny_model_folder, unigram_tokenizer
 
 

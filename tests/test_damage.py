@@ -4,10 +4,10 @@ import pytest
 from tiny_models import char_tokenizer, tiny_model, unigram_tokenizer
 
 from safe_engine.cli import build_parser
-from safe_engine.damage import degenerate, degeneration, non_canonical
-from safe_engine.decoding import DecodeConfig, decode
-from safe_engine.errors import ConfigError
-from safe_engine.events import DamageMeasured, RunFinished, TextCommitted
+from safe_engine.contract.errors import ConfigError
+from safe_engine.contract.events import DamageMeasured, RunFinished, TextCommitted
+from safe_engine.run.damage import degenerate, degeneration, non_canonical
+from safe_engine.strategies.decoding import DecodeConfig, decode
 
 PROMPT = "the cat sat on"
 STRATEGIES = ["single", "per-token", "safe"]
@@ -125,7 +125,7 @@ def test_wall_time_leaves_the_damage_measurement_out(words, chars, monkeypatch):
     """Runs are compared by wall time; per-token's extra measuring must not count as decoding."""
     import time
 
-    import safe_engine.damage as damage
+    import safe_engine.run.damage as damage
 
     slow = 0.05
     real = damage.tokenize

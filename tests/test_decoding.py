@@ -6,10 +6,10 @@ import threading
 import pytest
 from tiny_models import char_tokenizer, tiny_model, unigram_tokenizer
 
-from safe_engine.decoding import DecodeConfig, decode
-from safe_engine.ensemble import EnsembleConfig
-from safe_engine.errors import ConfigError
-from safe_engine.events import DECISIONS, EVENT_TYPES, PositionVerified, RunFinished, TextCommitted
+from safe_engine.contract.config import EnsembleConfig
+from safe_engine.contract.errors import ConfigError
+from safe_engine.contract.events import DECISIONS, EVENT_TYPES, PositionVerified, RunFinished, TextCommitted
+from safe_engine.strategies.decoding import DecodeConfig, decode
 
 PROMPT = "the cat sat on"
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from safe_engine.embedded import PROBE_FILE, converted_dir, is_converted
+from safe_engine.models.embedded import PROBE_FILE, converted_dir, is_converted
 
 pytestmark = pytest.mark.real_models
 

@@ -6,15 +6,9 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from tiny_models import unigram_tokenizer
 
-from safe_engine.ensemble import (
-    EnsembleConfig,
-    ModelView,
-    ensemble,
-    first_subtoken,
-    sharpen_geometric,
-    sharpen_heuristic,
-)
-from safe_engine.models import LoadedModel
+from safe_engine.contract.config import EnsembleConfig
+from safe_engine.decisions.ensemble import ModelView, ensemble, first_subtoken, sharpen_geometric, sharpen_heuristic
+from safe_engine.models.loading import LoadedModel
 
 WORDS = [" So", " Sofia", " Sol", " Paris", " Rome", " Lima", " Oslo", " Bern"]
 

@@ -16,11 +16,11 @@ from families import FAMILIES, tokenizer_spec
 from hostile_corpus import hostile_texts
 from tiny_models import tiny_model
 
-from safe_engine.alignment import TokenBytes, oov_like, tokenize
+from safe_engine.analysis.tokdiff import common_words, load_vocabs, pair_view, word_agreement
 from safe_engine.cli import main
-from safe_engine.decoding import DecodeConfig, decode
-from safe_engine.events import EnsemblePoint, PositionVerified, RunFinished, TextCommitted
-from safe_engine.tokdiff import common_words, load_vocabs, pair_view, word_agreement
+from safe_engine.contract.events import EnsemblePoint, PositionVerified, RunFinished, TextCommitted
+from safe_engine.strategies.decoding import DecodeConfig, decode
+from safe_engine.tokenization.alignment import TokenBytes, oov_like, tokenize
 
 pytestmark = pytest.mark.families
 

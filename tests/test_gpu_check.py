@@ -1,14 +1,9 @@
 """The GPU check script's parts that need no GPU: its options, its shapes, and its message without CUDA."""
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-
-import gpu_check  # noqa: E402
+from scripts import gpu_check
 
 
 def test_defaults_read_the_converted_tokenizers_from_the_studio_cache():

@@ -15,7 +15,7 @@ from hostile_corpus import hostile_texts
 from transformers import AutoTokenizer
 
 import scripts.convert_js_tokenizers as converter
-from safe_engine.alignment import TokenBytes
+from safe_engine.tokenization.alignment import TokenBytes
 
 pytestmark = pytest.mark.families
 

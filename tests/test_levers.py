@@ -5,9 +5,9 @@ import torch
 from scripted_models import EOS, scripted
 from tiny_models import char_tokenizer, tiny_model, tiny_model_folder
 
-from safe_engine.decoding import DecodeConfig, decode
-from safe_engine.events import TextCommitted, TokensDrafted
-from safe_engine.models import LoadOptions, load_model
+from safe_engine.contract.events import TextCommitted, TokensDrafted
+from safe_engine.models.loading import LoadOptions, load_model
+from safe_engine.strategies.decoding import DecodeConfig, decode
 
 P = "Q:"
 ANSWER = {
@@ -104,7 +104,7 @@ def test_int8_weights_load_and_decode_close_to_float(tmp_path):
 
 
 def test_warm_up_pays_the_once_per_process_costs(tmp_path):
-    from safe_engine.compare import warm_up
+    from safe_engine.orchestration.comparison import warm_up
 
     fresh = [
         load_model(str(tiny_model_folder(tmp_path / name, char_tokenizer(), seed=seed)))

@@ -18,8 +18,8 @@ from tiny_pair import tiny_pair_folders  # noqa: E402
 
 from safe_engine import cli  # noqa: E402
 from safe_engine.bench import load_task, run_example  # noqa: E402
-from safe_engine.config import DecodeConfig  # noqa: E402
-from safe_engine.errors import ConfigError  # noqa: E402
+from safe_engine.contract.config import DecodeConfig  # noqa: E402
+from safe_engine.contract.errors import ConfigError  # noqa: E402
 from safe_engine.integrations import likelihood  # noqa: E402
 from safe_engine.integrations.lm_eval import CHAT_PREFIX, SafeEnsembleLM  # noqa: E402
 

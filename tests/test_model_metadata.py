@@ -6,9 +6,9 @@ import torch
 from tiny_models import char_tokenizer, tiny_model_folder, unigram_tokenizer
 from transformers import AutoModelForCausalLM
 
-from safe_engine.decoding import DecodeConfig, decode
-from safe_engine.events import TextCommitted
-from safe_engine.models import load_model
+from safe_engine.contract.events import TextCommitted
+from safe_engine.models.loading import load_model
+from safe_engine.strategies.decoding import DecodeConfig, decode
 
 TURN_END = "<|turn_done|>"
 TEMPLATE = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}" + TURN_END + "\n{% endfor %}"

@@ -11,15 +11,15 @@ import pytest
 from tiny_models import tiny_model, unigram_tokenizer
 from tiny_pair import tiny_pair_folders
 
-from safe_engine import overlap
-from safe_engine.batching import ActiveRun, Scheduler
-from safe_engine.config import DecodeConfig
-from safe_engine.decoding import decode
-from safe_engine.errors import ConfigError
-from safe_engine.events import EnsemblePoint, PositionVerified, RunFinished, TextCommitted
-from safe_engine.models import load_model
-from safe_engine.participant import Participant
-from safe_engine.runtime import ModelSession
+from safe_engine.contract.config import DecodeConfig
+from safe_engine.contract.errors import ConfigError
+from safe_engine.contract.events import EnsemblePoint, PositionVerified, RunFinished, TextCommitted
+from safe_engine.models.loading import load_model
+from safe_engine.run.participant import Participant
+from safe_engine.runtime.batching import ActiveRun, Scheduler
+from safe_engine.runtime.session import ModelSession
+from safe_engine.strategies import overlap
+from safe_engine.strategies.decoding import decode
 
 PROMPT = "Q: the answer is"
 MODES = [dict(safe_mode=m, **s) for m in ("exact", "fast") for s in (dict(), dict(temperature=1.5, seed=3))]

@@ -5,10 +5,10 @@ import torch
 from tiny_pair import tiny_pair_folders
 
 from safe_engine import cli
-from safe_engine.compare import load_models
-from safe_engine.errors import ModelLoadError
-from safe_engine.models import LoadOptions, load_model, parameter_count
-from safe_engine.placement import per_model, placed, spread
+from safe_engine.contract.errors import ModelLoadError
+from safe_engine.models.cache import load_models
+from safe_engine.models.loading import LoadOptions, load_model, parameter_count
+from safe_engine.models.placement import per_model, placed, spread
 
 
 @pytest.fixture(scope="module")

@@ -21,11 +21,13 @@ from tiny_models import tiny_model_folder, unigram_tokenizer
 from safe_engine import cli
 from safe_engine.bench import Bench, load_task, strategy_labels
 from safe_engine.bench.store import RESULTS, load_results, load_settings, result_key
-from safe_engine.compare import _LOADED, summarize
-from safe_engine.decoding import DecodeConfig, decode
-from safe_engine.errors import ModelLoadError
-from safe_engine.events import TextCommitted
-from safe_engine.models import DEFAULT_MODELS, LoadOptions, load_model
+from safe_engine.contract.errors import ModelLoadError
+from safe_engine.contract.events import TextCommitted
+from safe_engine.models.cache import evict
+from safe_engine.models.loading import LoadOptions, load_model
+from safe_engine.models.specs import DEFAULT_MODELS
+from safe_engine.orchestration.comparison import summarize
+from safe_engine.strategies.decoding import DecodeConfig, decode
 
 try:
     import ray
@@ -244,8 +246,8 @@ def test_a_pool_whose_only_replica_dies_for_good_fails_instead_of_waiting(folder
 def release_ray_models():
     """The CLI keeps loaded models for the process; end the actors a test made that way."""
     yield
-    for key in [key for key, lm in _LOADED.items() if isinstance(lm, RayModel)]:
-        _LOADED.pop(key).close()
+    for lm in evict(lambda lm: isinstance(lm, RayModel)):
+        lm.close()
 
 
 @pytest.mark.real_models

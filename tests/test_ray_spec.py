@@ -6,9 +6,9 @@ import sys
 import pytest
 
 from safe_engine.cli import build_parser
+from safe_engine.contract.errors import ModelSpecError
 from safe_engine.distributed.ray_spec import RayPlacement, parse_ray_spec
-from safe_engine.errors import ModelSpecError
-from safe_engine.models import resolve_spec
+from safe_engine.models.specs import resolve_spec
 
 
 def test_a_ray_spec_names_the_inner_model_under_the_full_spec():

@@ -5,8 +5,15 @@ import json
 import pytest
 
 from safe_engine.cli import main
-from safe_engine.decoding import DecodeConfig, decode
-from safe_engine.events import EVENT_TYPES, EnsemblePoint, PositionVerified, RunFinished, RunStarted, TextCommitted
+from safe_engine.contract.events import (
+    EVENT_TYPES,
+    EnsemblePoint,
+    PositionVerified,
+    RunFinished,
+    RunStarted,
+    TextCommitted,
+)
+from safe_engine.strategies.decoding import DecodeConfig, decode
 
 pytestmark = pytest.mark.real_models
 PROMPT = "The capital of Madagascar is"

@@ -8,7 +8,7 @@ import pytest
 
 from components.transcript import EXPLAINED, why
 from components.view import RunView, TokenView
-from safe_engine.reasons import Decision, Reason, StopReason
+from safe_engine.contract.reasons import Decision, Reason, StopReason
 
 ROOT = Path(__file__).resolve().parents[1]
 DECISION_OF = {

@@ -7,9 +7,9 @@ import pytest
 from scripted_models import scripted
 
 from safe_engine.cli import build_parser
-from safe_engine.decoding import DecodeConfig, decode
-from safe_engine.ensemble import EnsembleConfig
-from safe_engine.events import EnsemblePoint, PositionVerified, RunStarted, TextCommitted, TokensDrafted
+from safe_engine.contract.config import EnsembleConfig
+from safe_engine.contract.events import EnsemblePoint, PositionVerified, RunStarted, TextCommitted, TokensDrafted
+from safe_engine.strategies.decoding import DecodeConfig, decode
 
 P = "Q:"
 LETTERS = list("abcdefghijklmnopqrstuvwxyz")

@@ -6,7 +6,7 @@ import pytest
 import torch
 from tiny_models import char_tokenizer, tiny_model
 
-from safe_engine.runtime import ModelSession, common_prefix
+from safe_engine.runtime.session import ModelSession, common_prefix
 
 
 def full_forward(lm, ids, starts):

@@ -5,10 +5,10 @@ import torch
 from scripted_models import scripted
 from tiny_models import char_tokenizer, tiny_model, unigram_tokenizer
 
-from safe_engine.decoding import DecodeConfig, decode
-from safe_engine.ensemble import EnsembleConfig
-from safe_engine.events import EnsemblePoint, PositionVerified, RunFinished, RunStarted
-from safe_engine.sampling import Sampler
+from safe_engine.contract.config import EnsembleConfig
+from safe_engine.contract.events import EnsemblePoint, PositionVerified, RunFinished, RunStarted
+from safe_engine.decisions.sampling import Sampler
+from safe_engine.strategies.decoding import DecodeConfig, decode
 
 P = "Q:"
 

@@ -19,13 +19,13 @@ openai = pytest.importorskip("openai")
 from tiny_pair import tiny_pair_folders  # noqa: E402
 
 from safe_engine.cli import build_parser  # noqa: E402
-from safe_engine.compare import load_models  # noqa: E402
-from safe_engine.events import RunStarted  # noqa: E402
-from safe_engine.integrations.runs import Completion  # noqa: E402
-from safe_engine.runtime import SCHEDULER  # noqa: E402
+from safe_engine.contract.events import RunStarted  # noqa: E402
+from safe_engine.integrations.requests import Completion  # noqa: E402
+from safe_engine.models.cache import load_models  # noqa: E402
+from safe_engine.options import decoding_values  # noqa: E402
+from safe_engine.runtime.session import SCHEDULER  # noqa: E402
 from safe_engine.server import app as server_app  # noqa: E402
 from safe_engine.server.app import Settings, StopHoldback, create_app  # noqa: E402
-from safe_engine.server.runner import decoding_options  # noqa: E402
 
 KEY = "test-key"
 
@@ -50,7 +50,7 @@ class LiveServer:
 
 def _app(models, api_key=KEY, **settings):
     args = build_parser().parse_args(["serve", "--models", *[m.spec.spec for m in models], "--max-new-tokens", "8"])
-    return create_app(models, Settings(decoding_options(args), api_key=api_key, **settings))
+    return create_app(models, Settings(decoding_values(args), api_key=api_key, **settings))
 
 
 @pytest.fixture(scope="module")

@@ -2,9 +2,9 @@
 
 import pytest
 
-from safe_engine.embedded import cache_root, converted_dir
-from safe_engine.errors import ModelSpecError
-from safe_engine.models import resolve_spec
+from safe_engine.contract.errors import ModelSpecError
+from safe_engine.models.embedded import cache_root, converted_dir
+from safe_engine.models.specs import resolve_spec
 
 
 def test_embedded_specs_resolve():
@@ -47,8 +47,8 @@ def test_cache_dir_is_overridable(monkeypatch, tmp_path):
 def test_a_model_that_is_not_a_causal_lm_is_refused(tmp_path):
     from transformers import ViTConfig
 
-    from safe_engine.errors import ModelLoadError
-    from safe_engine.models import load_model
+    from safe_engine.contract.errors import ModelLoadError
+    from safe_engine.models.loading import load_model
 
     ViTConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8).save_pretrained(tmp_path)
     with pytest.raises(ModelLoadError, match="not a causal language model"):
@@ -58,8 +58,8 @@ def test_a_model_that_is_not_a_causal_lm_is_refused(tmp_path):
 def test_a_folder_without_weights_says_so(tmp_path):
     from transformers import LlamaConfig
 
-    from safe_engine.errors import ModelLoadError
-    from safe_engine.models import load_model
+    from safe_engine.contract.errors import ModelLoadError
+    from safe_engine.models.loading import load_model
 
     LlamaConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8).save_pretrained(
         tmp_path
@@ -72,8 +72,8 @@ def test_a_tokenizer_only_folder_serves_tokdiff_but_not_decoding(tmp_path, capsy
     from tiny_models import char_tokenizer, unigram_tokenizer
 
     from safe_engine.cli import main
-    from safe_engine.errors import ModelLoadError
-    from safe_engine.models import load_model, load_tokenizer
+    from safe_engine.contract.errors import ModelLoadError
+    from safe_engine.models.loading import load_model, load_tokenizer
 
     words, chars = tmp_path / "words", tmp_path / "chars"
     unigram_tokenizer([" cat", " sat"]).save_pretrained(words)

@@ -16,9 +16,7 @@ from components.tokenizer_view import (
     token_length_figure,
     words_frame,
 )
-from safe_engine.cli import main
-from safe_engine.errors import ConfigError
-from safe_engine.tokdiff import (
+from safe_engine.analysis.tokdiff import (
     common_words,
     corpus_scan,
     load_vocabs,
@@ -29,6 +27,8 @@ from safe_engine.tokdiff import (
     vocab_overlap,
     word_agreement,
 )
+from safe_engine.cli import main
+from safe_engine.contract.errors import ConfigError
 
 GEMMA, SMOL = "gemma-3-270m", "smollm2-135m-instruct"
 G2S, S2G = f"{GEMMA}->{SMOL}", f"{SMOL}->{GEMMA}"

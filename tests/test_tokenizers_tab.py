@@ -14,9 +14,9 @@ from components.panel import tokenizations_html
 from components.tokenizer_view import corpus_html
 from components.tokenizers_tab import MAX_CORPUS_CHARS, TokenizersTab, corpus_text
 from components.view import RunView, read_trace
-from safe_engine.alignment import TokenBytes
-from safe_engine.errors import ConfigError
-from safe_engine.tokdiff import corpus_scan, load_vocabs, pair_view, vocab_overlap, word_agreement
+from safe_engine.analysis.tokdiff import corpus_scan, load_vocabs, pair_view, vocab_overlap, word_agreement
+from safe_engine.contract.errors import ConfigError
+from safe_engine.tokenization.alignment import TokenBytes
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = json.loads((ROOT / "assets" / "tokenizer_examples.json").read_text(encoding="utf-8"))

@@ -17,10 +17,17 @@ from components.live_tab import READY
 from components.replay_tab import caption_html, shipped_traces
 from components.transcript import details_html, metrics_html
 from components.view import RunView, read_trace, split_runs
-from safe_engine.compare import summarize
-from safe_engine.damage import degenerate
-from safe_engine.decoding import DecodeConfig, decode
-from safe_engine.events import EVENT_TYPES, CommittedToken, DamageMeasured, RunFinished, RunStarted, TextCommitted
+from safe_engine.contract.events import (
+    EVENT_TYPES,
+    CommittedToken,
+    DamageMeasured,
+    RunFinished,
+    RunStarted,
+    TextCommitted,
+)
+from safe_engine.orchestration.comparison import summarize
+from safe_engine.run.damage import degenerate
+from safe_engine.strategies.decoding import DecodeConfig, decode
 
 TRACES = Path(__file__).resolve().parents[1] / "assets" / "traces"
 DRAFTER, VERIFIER = "drafter-m", "verifier-m"

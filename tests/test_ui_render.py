@@ -18,8 +18,8 @@ from components.transcript import (
     transcript_html,
 )
 from components.view import RunView, TraceError, read_trace, save_trace, split_runs
-from safe_engine.errors import ConfigError, ModelSpecError
-from safe_engine.events import (
+from safe_engine.contract.errors import ConfigError, ModelSpecError
+from safe_engine.contract.events import (
     Candidate,
     CommittedToken,
     DraftToken,
@@ -377,8 +377,8 @@ def test_every_new_decision_reason_renders_and_explains_itself():
     from test_rules import ACCENT, GATE_DRAFTER, GATE_VERIFIER, INCORRECT_DRAFTER, INCORRECT_VERIFIER, P
 
     from components.transcript import why
-    from safe_engine.decoding import DecodeConfig, decode
-    from safe_engine.ensemble import EnsembleConfig
+    from safe_engine.contract.config import EnsembleConfig
+    from safe_engine.strategies.decoding import DecodeConfig, decode
 
     inc = scripted("a", ["Inc", "orr", "ect", "!", "?"], INCORRECT_DRAFTER, P)
     runs = {
@@ -415,7 +415,7 @@ def test_a_kl_the_budget_skipped_is_not_shown_as_a_canonical_context():
 
 
 def test_throttle_lets_one_update_through_per_interval(monkeypatch):
-    from components import runner
+    from components import run_stream as runner
 
     now = [100.0]
     monkeypatch.setattr(runner.time, "monotonic", lambda: now[0])

@@ -8,11 +8,11 @@ import gradio as gr
 import pytest
 
 from components.replay_tab import ALONE, ReplayTab, default_pair, shipped_traces, steps, token_count, up_to_token
-from components.runner import Runner
+from components.run_stream import Runner
 from components.settings import FIELDS, Form, RunSettings
 from components.stops import Stops
 from components.view import RunView, read_trace, split_runs
-from safe_engine.errors import ConfigError
+from safe_engine.contract.errors import ConfigError
 
 TRACES = Path(__file__).resolve().parents[1] / "assets" / "traces"
 

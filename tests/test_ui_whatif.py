@@ -11,13 +11,13 @@ from tiny_models import char_tokenizer, tiny_model_folder, unigram_tokenizer
 
 from components.panel import RunPanel
 from components.pool import ModelPool
-from components.runner import Runner
+from components.run_stream import Runner
 from components.stops import Stops
 from components.transcript import transcript_html
 from components.view import RunView, first_difference
 from components.whatif import CANDIDATES, Origin, WhatIf, branch_config, candidates
-from safe_engine.decoding import DecodeConfig, decode
-from safe_engine.errors import ConfigError
+from safe_engine.contract.errors import ConfigError
+from safe_engine.strategies.decoding import DecodeConfig, decode
 
 PROMPT = "the cat sat on"
 WORDS = [" the", " cat", " sat", " on", " mat", " dog", " at", "the", "cat", "sat", "on", "ma", "t"]

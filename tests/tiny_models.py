@@ -8,7 +8,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from safe_engine.models import LoadedModel, LoadOptions, load_model
+from safe_engine.models.loading import LoadedModel, LoadOptions, load_model
 
 EOS = "</s>"
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..contract.errors import ConfigError
 
 RESULTS = "results.jsonl"
 SETTINGS = "run.json"

@@ -19,7 +19,7 @@ import string
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..contract.errors import ConfigError
 from .scoring import SCORERS
 
 TASKS_DIR = Path(__file__).resolve().parents[2] / "assets" / "tasks"

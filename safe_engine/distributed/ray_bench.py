@@ -14,11 +14,12 @@ import threading
 from collections.abc import Iterator, Sequence
 
 from ..bench import store
-from ..bench.runner import StrategyRunner, Sweep, SweepProgress, bench_settings
+from ..bench.sweep import StrategyRunner, Sweep, SweepProgress, bench_settings
 from ..bench.tasks import Example
-from ..compare import load_models
-from ..config import DecodeConfig
-from ..models import LoadOptions, resolve_spec
+from ..contract.config import DecodeConfig
+from ..models.cache import load_models
+from ..models.loading import LoadOptions
+from ..models.specs import resolve_spec
 from .ray_pool import JOB_TIMEOUT_S, Replica, ReplicaPool
 
 

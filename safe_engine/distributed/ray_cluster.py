@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import ModelLoadError, SafeEngineError
+from ..contract.errors import ModelLoadError, SafeEngineError
 
 LOAD_TIMEOUT_S = 1800.0
 """Loading a model in an actor: a first conversion of an embedded model or a hub download takes minutes."""

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..compare import load_models, summarize, warm_up
-from ..config import DecodeConfig
-from ..decoding import decode
-from ..models import LoadOptions
+from ..contract.config import DecodeConfig
+from ..models.cache import load_models
+from ..models.loading import LoadOptions
+from ..orchestration.comparison import summarize, warm_up
+from ..strategies.decoding import decode
 from .ray_pool import Replica, ReplicaPool
 
 

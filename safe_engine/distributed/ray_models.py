@@ -20,8 +20,9 @@ import weakref
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
-from ..models import LoadedModel, LoadOptions, load_model, resolve_spec
-from ..runtime import ForwardStats
+from ..models.loading import LoadedModel, LoadOptions, load_model
+from ..models.specs import resolve_spec
+from ..runtime.session import ForwardStats
 from .ray_cluster import (
     LOAD_TIMEOUT_S,
     ActorLost,

@@ -15,7 +15,7 @@ import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 
-from ..errors import ConfigError
+from ..contract.errors import ConfigError
 from .ray_cluster import RETRY_S, ActorLost, RemoteTimeout, Replica, check_feasible, connect, remote_error
 
 JOB_TIMEOUT_S = 1800.0

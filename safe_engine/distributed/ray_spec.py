@@ -10,8 +10,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from ..errors import ModelSpecError
-from ..models import RAY_PREFIX, ResolvedSpec, resolve_spec
+from ..contract.errors import ModelSpecError
+from ..models.specs import ResolvedSpec, resolve_spec
+
+RAY_PREFIX = "ray:"
 
 _OPTIONS = re.compile(r"^\w+=[^,:]*(,\w+=[^,:]*)*$")
 

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ..errors import ConfigError
-from ..models import LoadedModel
-from ..runtime import ModelSession
+from ..contract.errors import ConfigError
+from ..models.loading import LoadedModel
+from ..runtime.session import ModelSession
 
 
 @dataclass(frozen=True)

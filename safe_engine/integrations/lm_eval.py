@@ -37,14 +37,13 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from tqdm import tqdm
 
-from ..cli import load_options, model_specs
-from ..compare import load_models
-from ..config import DecodeConfig
-from ..errors import ConfigError, ModelLoadError
-from ..models import LoadedModel, pick_device
+from ..contract.config import DecodeConfig
+from ..contract.errors import ConfigError, ModelLoadError
+from ..models.cache import load_models
+from ..models.loading import LoadedModel, pick_device
+from ..options import load_options, model_specs, parse_options
 from . import likelihood
-from .options import parse_options
-from .runs import complete, flatten_messages, plain
+from .requests import complete, flatten_messages, plain
 
 logger = logging.getLogger(__name__)
 

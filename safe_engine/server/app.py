@@ -26,11 +26,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..errors import SafeEngineError
-from ..events import Event, RunStarted, TextCommitted
-from ..integrations.options import parse_options
-from ..integrations.runs import Completion, complete, flatten_messages, plain
-from ..models import LoadedModel
+from ..contract.errors import SafeEngineError
+from ..contract.events import Event, RunStarted, TextCommitted
+from ..integrations.requests import Completion, complete, flatten_messages, plain
+from ..models.loading import LoadedModel
+from ..options import parse_options
 from .schemas import ChatRequest, CompletionRequest, Sampling
 
 logger = logging.getLogger(__name__)

@@ -1,0 +1,1 @@
+"""The tokenizer debugger: why tokenizers disagree, on one text or a corpus."""

@@ -1,0 +1,173 @@
+"""Ensemble distributions over models with different vocabularies, and SAFE's sharpening.
+
+Tokens are matched across models by the bytes they spell (`LoadedModel.key_of`). Every method returns
+an `EnsembleResult` that keeps the union table: each model's probability of each candidate string, the
+ensemble before sharpening and, when sharpening ran, after it — the UI shows all three.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from ..contract.config import EnsembleConfig
+from ..models.loading import LoadedModel
+from ..tokenization.alignment import EOS_KEY, TokenBytes
+
+Key = bytes | str
+
+
+@dataclass
+class ModelView:
+    """One model's next-token logits at the point being ensembled, and its weight in the ensemble."""
+
+    lm: LoadedModel
+    logits: torch.Tensor  # [vocab], float32
+    weight: float = 1.0  # relative; the views' weights are normalised together
+
+
+@dataclass
+class EnsembleResult:
+    keys: list[Key]
+    per_model: torch.Tensor  # [models, union]: each model's probability of each key
+    before: torch.Tensor  # [union]: weighted mean, before sharpening
+    after: torch.Tensor | None  # [union]: after sharpening, None if it did not run
+    chosen: Key
+
+    @property
+    def final(self) -> torch.Tensor:
+        return self.before if self.after is None else self.after
+
+
+def _weights(views: Sequence[ModelView]) -> torch.Tensor:
+    w = torch.tensor([view.weight for view in views], dtype=torch.float32)
+    return w / w.sum()
+
+
+def top_keys(view: ModelView, k: int) -> dict[Key, int]:
+    """A model's top-k as {string: token id}, best first; ids spelling the same string count once."""
+    top: dict[Key, int] = {}
+    for token_id in torch.topk(view.logits, k).indices.tolist():
+        top.setdefault(view.lm.key_of(token_id), token_id)
+    return top
+
+
+def _logit_of(view: ModelView, key: Key, fill: bool) -> float:
+    """A model's logit for a union string: its exact token, else (UniTE) its first sub-token."""
+    lm = view.lm
+    if key == EOS_KEY:
+        return max(view.logits[i].item() for i in lm.eos_ids) if lm.eos_ids else float("-inf")
+    if isinstance(key, str):  # a special token of another model: nothing to map it to
+        return float("-inf")
+    token_id = first_subtoken(lm.vocab, key) if fill else lm.vocab.id_of_bytes.get(key)
+    return float("-inf") if token_id is None else view.logits[token_id].item()
+
+
+def first_subtoken(vocab: TokenBytes, key: bytes) -> int | None:
+    """The id whose logit UniTE's fill reads for a string: its exact token, else its first sub-token.
+
+    None when the vocabulary cannot spell the string at all.
+    """
+    exact = vocab.id_of_bytes.get(key)
+    if exact is not None:
+        return exact
+    try:
+        pieces = vocab.encode_bytes(key)
+    except ValueError:
+        return None
+    # Like UniTE, skip the bare-space piece ("▁" before "James"; " \n" is read at "\n") unless nothing else is left.
+    return next((i for i in pieces if vocab[i] != b" "), pieces[0] if pieces else None)
+
+
+def unite_union(views: Sequence[ModelView], config: EnsembleConfig) -> tuple[list[Key], torch.Tensor]:
+    """UniTE: union of each model's top-k strings, softmax over that subset per model."""
+    tops = [top_keys(view, config.top_k) for view in views]
+    keys = list(dict.fromkeys(key for top in tops for key in top))
+    fill = config.method == "unite"
+    rows = []
+    for view, top in zip(views, tops):
+        logits = [view.logits[top[k]].item() if k in top else _logit_of(view, k, fill) for k in keys]
+        rows.append(torch.softmax(torch.tensor(logits), dim=0))
+    return keys, torch.stack(rows)
+
+
+def gac_union(views: Sequence[ModelView], config: EnsembleConfig) -> tuple[list[Key], torch.Tensor]:
+    """GaC-style: every model's full distribution mapped onto the union of all vocabularies by string.
+
+    The table keeps the strings that matter (each model's top-k and the ensemble's own top-k); the
+    argmax is taken over the full union before trimming.
+    """
+    union_keys, targets = _vocab_union(tuple(view.lm for view in views))
+    full = torch.zeros(len(views), len(union_keys))
+    for row, view, target in zip(full, views, targets):
+        n = min(len(target), len(view.logits))  # model heads may be padded past the tokenizer
+        row.index_add_(0, target[:n], torch.softmax(view.logits.float(), dim=0)[:n])
+    mean = _weights(views) @ full
+    keep = set(torch.topk(mean, config.top_k).indices.tolist())
+    for row in full:
+        keep |= set(torch.topk(row, config.top_k).indices.tolist())
+    order = sorted(keep, key=lambda i: -mean[i].item())
+    return [union_keys[i] for i in order], full[:, order]
+
+
+_UNIONS: dict[tuple[int, ...], tuple[tuple[LoadedModel, ...], list[Key], list[torch.Tensor]]] = {}
+
+
+def _vocab_union(lms: tuple[LoadedModel, ...]) -> tuple[list[Key], list[torch.Tensor]]:
+    """The union of the models' vocabularies by string, and each vocabulary id's place in it (cached)."""
+    cache_key = tuple(id(lm) for lm in lms)
+    if cache_key not in _UNIONS:
+        index: dict[Key, int] = {}
+        targets = [
+            torch.tensor([index.setdefault(lm.key_of(i), len(index)) for i in range(len(lm.vocab))]) for lm in lms
+        ]
+        _UNIONS[cache_key] = (lms, list(index), targets)
+    _, keys, targets = _UNIONS[cache_key]
+    return keys, targets
+
+
+def sharpen_heuristic(keys: Sequence[Key], probs: torch.Tensor, anchors: Sequence[Key], lam: float) -> torch.Tensor:
+    """SAFE's heuristic: a drafter candidate a with P(a) > λ absorbs every string that starts with a.
+
+    No renormalisation (only the argmax is used). Like the authors' code, the single space " " is no
+    anchor (every space-prefixed word starts with it); other whitespace is: "\n" absorbs "\n\n".
+    """
+    out = probs.clone()
+    for a_index, a in enumerate(keys):
+        if not isinstance(a, bytes) or a not in anchors or a == b" " or probs[a_index] <= lam:
+            continue
+        extra = sum(
+            probs[b_index].item()
+            for b_index, b in enumerate(keys)
+            if b_index != a_index and isinstance(b, bytes) and b.startswith(a)
+        )
+        out[a_index] = probs[a_index] + extra
+    return out
+
+
+def sharpen_geometric(per_model: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Weighted geometric mean of the models' probabilities, renormalised over the union."""
+    log = (weights[:, None] * torch.log(per_model.clamp_min(1e-30))).sum(0)
+    return torch.softmax(log, dim=0)
+
+
+def ensemble(views: Sequence[ModelView], config: EnsembleConfig) -> EnsembleResult:
+    """Ensemble distribution and its argmax; views[0] is the drafter (its top-k anchors sharpening).
+
+    The weights are the views' own (`config.weights` is in the user's model order; the run maps it).
+    """
+    union = gac_union if config.method == "gac" else unite_union
+    keys, per_model = union(views, config)
+    weights = _weights(views)
+    before = weights @ per_model
+    after = None
+    if config.sharpen != "none" and before.max().item() < 0.5:
+        if config.sharpen == "heuristic":
+            anchors = list(top_keys(views[0], config.top_k))
+            after = sharpen_heuristic(keys, before, anchors, config.sharpen_lambda)
+        else:
+            after = sharpen_geometric(per_model, weights)
+    final = before if after is None else after
+    return EnsembleResult(keys, per_model, before, after, keys[int(torch.argmax(final))])

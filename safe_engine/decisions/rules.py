@@ -1,0 +1,50 @@
+"""SAFE's decision at one drafted position, rule by rule (SAFE.md; the paper's §3 and App. H).
+
+1. Stability: ensembling at drafted token d_j is safe only if the boundary *before* d_j is a token
+   boundary in every verifier's own tokenization of the same text (else d_{j-1} is OOV-like for it).
+2. Need (greedy): keep d_j if every verifier's argmax is its own token there (unanimity), or if the
+   weighted mean of the models' probabilities of their own tokens there is above ½ (strict).
+   Sampling drops both: d_j is kept with probability min(1, P_ens(d_j) / P_draft(d_j)), where P_ens(d_j)
+   is that same weighted mean and P_draft(d_j) the probability the drafter drew d_j with.
+3. GaC's gate (on for GaC by default): ensemble only where the drafter's top probability is below ½.
+
+Each rule is pinned by a decode-level test in tests/test_rules.py and checked by scripts/mutations.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..contract.reasons import Reason
+
+CONSENSUS_THRESHOLD = 0.5
+GATE_THRESHOLD = 0.5
+
+
+def is_safe(own_tokens: Sequence[int | None]) -> bool:
+    """Rule 1: every verifier has a token starting at the boundary before the drafted token."""
+    return all(index is not None for index in own_tokens)
+
+
+def weighted_mean(weights: Sequence[float], probs: Sequence[float]) -> float:
+    """Σ wᵢ·Pᵢ(own token) with the weights normalised (equal weights: the plain mean)."""
+    return sum(w * p for w, p in zip(weights, probs)) / sum(weights)
+
+
+def consensus(agrees: Sequence[bool], mean_p: float) -> Reason | None:
+    """Rule 2 (greedy): why the ensemble could not change the drafted token, or None."""
+    if all(agrees):
+        return Reason.UNANIMITY
+    if mean_p > CONSENSUS_THRESHOLD:
+        return Reason.MEAN
+    return None
+
+
+def acceptance(mean_p: float, p_draft: float) -> float:
+    """Rule 2 (sampling): the probability of keeping the drafted token."""
+    return min(1.0, mean_p / p_draft) if p_draft > 0 else 1.0
+
+
+def gate_keeps(drafter_top_p: float) -> bool:
+    """Rule 3: the drafter is confident enough that GaC does not ensemble here."""
+    return drafter_top_p >= GATE_THRESHOLD

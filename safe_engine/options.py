@@ -1,0 +1,346 @@
+"""Every front door's options, declared once: the command line, the OpenAI-compatible server, lm-eval's model and
+the app take the same names, types, defaults and checks from here.
+
+`DECODING_OPTIONS` lists the decoding options (`LOADING_OPTIONS` the loading ones among them) as `Option`s.
+`add_decoding_options` turns them into command-line flags; `options_from_mapping` reads the same options from
+key → value (lm-eval's ``--model_args``, a request's extra fields) with no command line in between: keys are the
+option names with ``_`` or ``-`` (``top_k``, ``max-new-tokens``); a flag takes a boolean; a list (``models``,
+``weights``, ``stop``) is a list or a string with ``|`` between items, because lm-eval splits ``--model_args`` on
+commas. Either way, `decoding_config`, `load_options` and `model_specs` turn the options into the engine's
+typed values, checked before any model loads.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from .contract.config import (
+    METHODS,
+    PER_TOKEN_COMMITS,
+    SAFE_MODES,
+    SHARPENING,
+    STRATEGIES,
+    DecodeConfig,
+    EnsembleConfig,
+)
+from .contract.errors import SafeEngineError
+from .distributed.ray_spec import RAY_PREFIX
+from .models.loading import CPU_LINEAR_MODES, DTYPES, LoadOptions
+from .models.specs import DEFAULT_MODELS, resolve_spec
+
+DEFAULTS, ENSEMBLE = DecodeConfig(), EnsembleConfig()
+LIST_SEPARATOR = "|"
+SAFE_MODE_HELP = (
+    "exact: the paper's loop, one ensemble per round and the rest of the draft dropped; fast: keep scanning "
+    "a draft the ensemble confirmed (later positions see less lookahead text, so outputs can differ; the "
+    "docs have the measured speed and differences)"
+)
+PER_TOKEN_COMMIT_HELP = (
+    "first-subtoken: the drafter appends only its first sub-token of the ensemble's string, as UniTE "
+    "does; full: its whole spelling (a gentler baseline)"
+)
+CPU_LINEAR_HELP = (
+    "linear layers on the CPU: streamed (default: fp32, the same weights, faster products and a packed copy of "
+    "them; the reference's tokens), torch (transformers' own fp32 layers, no second copy), int8-head (int8 "
+    "weights for the output layer and bf16 logits: about 10%% faster, but tokens may differ from the reference "
+    "where two candidates nearly tie); the docs have the measured speed, accuracy and memory"
+)
+
+
+class UsageError(SafeEngineError):
+    """Options that do not parse or do not fit together: one line for the person (CLI, HTTP 400, UI banner)."""
+
+
+class OptionParser(argparse.ArgumentParser):
+    """A parser whose errors are one clear `UsageError` line instead of usage text and an exit."""
+
+    def error(self, message):
+        raise UsageError(message)
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option: its name (the attribute it sets), what it holds and its command-line spelling.
+
+    kind: ``value`` (one value of `type`, within `choices` if given), ``values`` (one or more), ``append``
+    (repeatable flag, one value each), ``flag`` (present or not) or ``toggle`` (``--x``/``--no-x``, None when
+    neither is given)."""
+
+    name: str
+    kind: str = "value"
+    type: Callable[[str], object] = str
+    default: object = None
+    choices: Sequence[str] | None = None
+    help: str | None = None
+    metavar: str | None = None
+    aliases: tuple[str, ...] = ()
+    loading: bool = False  # how models load (shared with the app), not how a run decodes
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def add_to(self, parser: argparse.ArgumentParser) -> None:
+        extra: dict = {"help": self.help}
+        if self.kind == "flag":
+            extra["action"] = "store_true"
+        elif self.kind == "toggle":
+            extra.update(action=argparse.BooleanOptionalAction, default=None)
+        else:
+            extra.update(type=self.type, default=self.default, choices=self.choices, metavar=self.metavar)
+            if self.kind == "values":
+                extra["nargs"] = "+"
+            elif self.kind == "append":
+                extra["action"] = "append"
+        parser.add_argument(self.flag, *self.aliases, dest=self.name, **extra)
+
+    def read(self, key: str, value: object) -> object:
+        """`value` from a mapping, as the command line would have parsed it."""
+        if self.kind in ("flag", "toggle"):
+            return _boolean(key, value)
+        if self.kind in ("values", "append"):
+            return [self._one(key, item) for item in _items(value)]
+        return self._one(key, value)
+
+    def _one(self, key: str, value: object) -> object:
+        try:
+            converted = self.type(value)
+        except (TypeError, ValueError):
+            raise UsageError(f"{key}: invalid value {value!r}") from None
+        if self.choices is not None and converted not in self.choices:
+            raise UsageError(f"{key}: {value!r} is not one of {', '.join(map(str, self.choices))}")
+        return converted
+
+
+LOADING_OPTIONS = (
+    Option(
+        "cpu_int8",
+        "flag",
+        help="int8 weights and activations on the CPU: faster, less accurate, tokens differ from the reference",
+        loading=True,
+    ),
+    Option("cpu_linear", default="streamed", choices=CPU_LINEAR_MODES, help=CPU_LINEAR_HELP, loading=True),
+    Option(
+        "devices",
+        "values",
+        default=["auto"],
+        metavar="DEVICE",
+        aliases=("--device",),
+        help="one for all models or one per model: auto (several GPUs: spread by size; else cuda, mps or cpu), "
+        "cpu, cuda, cuda:N, mps",
+        loading=True,
+    ),
+    Option(
+        "dtype",
+        "values",
+        default=["auto"],
+        choices=DTYPES,
+        help="one for all models or one per model (auto: bfloat16 or float16 on a GPU, float32 on the CPU)",
+        loading=True,
+    ),
+    Option("trust_remote_code", "flag", help="allow model code from the model folder", loading=True),
+    Option("no_chat_template", "flag", help="plain-text prompts for every model", loading=True),
+)
+
+STRATEGY = Option("strategy", default="safe", choices=STRATEGIES)
+
+DECODING_OPTIONS = (
+    Option(
+        "models",
+        "values",
+        default=list(DEFAULT_MODELS),
+        metavar="SPEC",
+        help="embedded:NAME, a local folder, a .gguf file or a hub id (default: the embedded pair)",
+    ),
+    Option("drafter", metavar="SPEC", help="which of --models drafts (default: the first)"),
+    Option("max_new_tokens", type=int, default=DEFAULTS.max_new_tokens),
+    Option("lookahead", type=int, default=DEFAULTS.lookahead, help="drafted tokens per SAFE round (n)"),
+    Option("top_k", type=int, default=ENSEMBLE.top_k, help="each model's candidates in the union"),
+    Option("ensemble_method", default=ENSEMBLE.method, choices=METHODS),
+    Option("gate", "toggle", help="ensemble only where the drafter's top p < 0.5 (default: on for gac, as the paper)"),
+    Option("sharpen", default=ENSEMBLE.sharpen, choices=SHARPENING),
+    Option("sharpen_lambda", type=float, default=ENSEMBLE.sharpen_lambda),
+    Option("weights", "values", type=float, metavar="W", help="one weight per model, in --models order"),
+    Option("safe_mode", default=DEFAULTS.safe_mode, choices=SAFE_MODES, help=SAFE_MODE_HELP),
+    Option(
+        "per_token_commit", default=DEFAULTS.per_token_commit, choices=PER_TOKEN_COMMITS, help=PER_TOKEN_COMMIT_HELP
+    ),
+    Option("temperature", type=float, default=DEFAULTS.temperature, help="0: greedy (the paper's setting)"),
+    Option("top_p", type=float, default=DEFAULTS.top_p, help="nucleus sampling mass (with --temperature)"),
+    Option("seed", type=int, help="sampling seed (default: a fresh one, reported in the output)"),
+    Option(
+        "stop",
+        "append",
+        default=[],
+        metavar="TEXT",
+        help="end the run at this text (repeatable; not inside the response's leading whitespace)",
+    ),
+    Option(
+        "draft_gate",
+        type=float,
+        default=DEFAULTS.draft_gate,
+        metavar="TAU",
+        help="SAFE: end a draft right after a token the drafter gives p < TAU (default %(default)s; 0: the "
+        "paper's full drafts)",
+    ),
+    Option(
+        "damage_kl_steps",
+        type=int,
+        default=DEFAULTS.damage_kl_steps,
+        metavar="N",
+        help="measure the conditioning-damage KL at most N times (one extra forward pass each; 0: off)",
+    ),
+    Option(
+        "overlap",
+        "toggle",
+        help="SAFE: verifiers' passes at once and the next draft during verification (the same output; "
+        "default: on only when every model has its own GPU)",
+    ),
+    *LOADING_OPTIONS,
+    Option("placement", default="local", choices=("local", "ray"), help="ray: each model in a Ray actor"),
+    Option("ray_address", metavar="ADDR", help="an existing Ray cluster (default: start a local one)"),
+)
+_BY_NAME = {option.name: option for option in (STRATEGY, *DECODING_OPTIONS)}
+
+
+def _forced(value: str) -> tuple[int, str]:
+    """INDEX:TEXT, the text taken verbatim after the first colon (leading spaces count)."""
+    index, sep, text = value.partition(":")
+    if not sep or not index.strip().isdigit() or not text:
+        raise argparse.ArgumentTypeError(f"{value!r} is not INDEX:TEXT (e.g. 12: Paris)")
+    return int(index), text
+
+
+def add_loading_options(parser: argparse.ArgumentParser) -> None:
+    """How the models load: devices, dtypes, the CPU's linear layers, remote code, chat templates. The CLI's
+    commands and the app share these flags; `load_options(args)` reads them."""
+    for option in LOADING_OPTIONS:
+        option.add_to(parser)
+
+
+def add_decoding_options(parser: argparse.ArgumentParser, with_strategy: bool, one_prompt: bool = True) -> None:
+    """Every decoding option as a flag; `one_prompt` adds the prompt, what-if forcing and --json."""
+    if one_prompt:
+        parser.add_argument("--prompt", required=True, help="the user prompt")
+    for option in (STRATEGY, *DECODING_OPTIONS) if with_strategy else DECODING_OPTIONS:
+        option.add_to(parser)
+    if one_prompt:
+        parser.add_argument(
+            "--force",
+            action="append",
+            type=_forced,
+            default=[],
+            metavar="INDEX:TEXT",
+            help="what-if: commit TEXT as token INDEX (0-based) instead of what the strategy picks; repeatable",
+        )
+        parser.add_argument("--json", action="store_true", help="print one JSON result on stdout")
+
+
+def decoding_values(args: argparse.Namespace) -> dict[str, object]:
+    """The decoding options among parsed arguments, by name (what the server's requests start from)."""
+    return {option.name: getattr(args, option.name) for option in DECODING_OPTIONS if hasattr(args, option.name)}
+
+
+def options_from_mapping(options: Mapping[str, object], base: Mapping[str, object] | None = None) -> argparse.Namespace:
+    """The options `options` say over `base` over the defaults, read as the command line reads them; an unknown
+    key or a bad value is a UsageError that names it. None means not given."""
+    values = {name: option.default for name, option in _BY_NAME.items()} | dict(base or {})
+    for key, value in options.items():
+        if value is None:
+            continue
+        option = _BY_NAME.get(key.replace("-", "_"))
+        if option is None:
+            raise UsageError(f"unknown decoding option {key!r}; known: {', '.join(sorted(_BY_NAME))}")
+        values[option.name] = option.read(key, value)
+    return argparse.Namespace(**values)
+
+
+def parse_options(
+    options: Mapping[str, object], base: Mapping[str, object] | None = None
+) -> tuple[argparse.Namespace, DecodeConfig]:
+    """(options, checked config) of a mapping over `base`: what lm-eval's model and a server request need."""
+    args = options_from_mapping(options, base)
+    return args, decoding_config(args)
+
+
+def _items(value) -> list[str]:
+    if isinstance(value, (list, tuple)):
+        return [str(v) for v in value]
+    return [part for part in str(value).split(LIST_SEPARATOR) if part != ""]
+
+
+def _boolean(key: str, value) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise UsageError(f"{key} takes true or false, not {value!r}")
+
+
+def decoding_config(args: argparse.Namespace, strategy: str | None = None) -> DecodeConfig:
+    """The checked `DecodeConfig` of parsed options (`strategy` instead of theirs, when given); everything that
+    needs no model is checked here, so bad input fails before minutes of loading (UsageError / ConfigError)."""
+    if "prompt" in args and not args.prompt.strip():
+        raise UsageError("the prompt is empty")
+    specs = list(args.models)
+    for spec in specs:
+        resolve_spec(spec)
+    drafter = 0
+    if args.drafter:
+        matches = [i for i, spec in enumerate(specs) if args.drafter in (spec, resolve_spec(spec).short_name)]
+        if not matches:
+            raise UsageError(f"--drafter {args.drafter} is not one of --models")
+        drafter = matches[0]
+    ensemble = EnsembleConfig(
+        method=args.ensemble_method,
+        top_k=args.top_k,
+        weights=tuple(args.weights) if args.weights else None,
+        sharpen=args.sharpen,
+        sharpen_lambda=args.sharpen_lambda,
+        gate=args.gate,
+    )
+    config = DecodeConfig(
+        strategy=strategy or args.strategy,
+        max_new_tokens=args.max_new_tokens,
+        lookahead=args.lookahead,
+        drafter=drafter,
+        safe_mode=args.safe_mode,
+        per_token_commit=args.per_token_commit,
+        ensemble=ensemble,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        seed=args.seed,
+        force=tuple(getattr(args, "force", [])),
+        damage_kl_steps=args.damage_kl_steps,
+        stop=tuple(args.stop),
+        draft_gate=args.draft_gate,
+        overlap=args.overlap,
+    )
+    config.validate(len(specs))
+    for values, flag in ((args.devices, "--devices"), (args.dtype, "--dtype")):
+        if len(values) not in (1, len(specs)):
+            raise UsageError(f"give one {flag} for all models or one per model ({len(specs)}), not {len(values)}")
+    return config
+
+
+def load_options(args: argparse.Namespace) -> LoadOptions:
+    """The loader's options of parsed options (a device and a dtype per model, or one for all)."""
+    return LoadOptions(
+        tuple(args.devices),
+        tuple(args.dtype),
+        args.trust_remote_code,
+        not args.no_chat_template,
+        cpu_int8=args.cpu_int8,
+        cpu_linear=args.cpu_linear,
+    )
+
+
+def model_specs(args: argparse.Namespace) -> list[str]:
+    """--models, each in a Ray actor with --placement ray."""
+    on_ray = args.placement == "ray"
+    return [RAY_PREFIX + spec if on_ray and not spec.startswith(RAY_PREFIX) else spec for spec in args.models]

@@ -1,0 +1,127 @@
+"""One model's decoding state in a run: its token ids, its KV slot and the logits it already computed.
+
+`next_token_logits(ids, starts)` is the only way the strategies run a model. It keeps the longest
+cached prefix of `ids` (a rollback only shortens the run's slot), feeds only the rest, and projects
+the LM head only at the positions asked for. Logits already computed for a cached prefix are returned
+from memory, so a drafted token that survives a round is never recomputed.
+
+The feeding goes through the model's batching executor (`batching.py`): whatever other runs wait on
+the same model at the same moment share the pass, each with its own slot (`kv_slots.py`); a run alone
+is a pass of one. Close a session (or use it as a context manager) to hand its slot back: a later run
+whose prompt starts with the same tokens (a chat template's system turn, a benchmark's instructions,
+few-shot examples) adopts that slot and feeds only the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from .batching import ActiveRun, Request, Scheduler
+from .kv_slots import KVSlot, common_prefix
+
+if TYPE_CHECKING:  # the runtime serves loaded models; it never loads one
+    from ..models.loading import LoadedModel
+
+SCHEDULER = Scheduler()
+"""The process's batching state: every session in the process shares its executors."""
+
+
+def runs_sharing(models: Sequence[LoadedModel]) -> int:
+    """How many runs in this process hold these models right now, i.e. share their forward passes."""
+    return SCHEDULER.runs_on(models)
+
+
+@dataclass
+class ForwardStats:
+    """A session's forward passes. `seconds` is the wall time of the passes it took part in (the other
+    rows' work included); `rows` sums the runs sharing each of them, so rows / passes is the mean batch;
+    `wait_seconds` is the time its requests waited for a pass to start; `reused` counts prompt positions whose
+    keys and values came from a finished run's slot instead of a pass (`ModelExecutor.take_slot`)."""
+
+    passes: int = 0
+    positions: int = 0
+    seconds: float = 0.0
+    rows: int = 0
+    wait_seconds: float = 0.0
+    logit_bytes: int = 0  # logits handed from the model's device to the host (full-vocabulary rows, its dtype)
+    reused: int = 0
+
+
+class ModelSession:
+    def __init__(self, lm: LoadedModel):
+        self.lm = lm
+        self.cached_ids: list[int] = []
+        self.stats = ForwardStats()
+        self._memo: dict[int, torch.Tensor] = {}  # start index -> logits (fp32, CPU)
+        self.executor = SCHEDULER.executor(lm)
+        self._slot: KVSlot | None = None  # taken at the first feed, when the prompt is known
+        self._closed = False
+        self._run = ActiveRun.current(SCHEDULER)
+        self._run.attach(self)
+        self._vocab_size = getattr(getattr(lm.model, "config", None), "vocab_size", None)
+
+    def __enter__(self) -> ModelSession:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Hand the slot back (idempotent); the session cannot compute afterwards."""
+        if not self._closed:
+            self._closed = True
+            if self._slot is not None:
+                self.executor.release(self._slot, self.cached_ids)
+                self._slot = None
+            self._run.detach(self)
+
+    def next_token_logits(self, ids: Sequence[int], starts: Sequence[int]) -> torch.Tensor:
+        """Logits of the distribution of ids[t] given ids[:t], for each t in `starts` (1 ≤ t ≤ len(ids))."""
+        if self._closed:
+            raise RuntimeError(f"the session on {self.lm.name} is closed")
+        if self._slot is None:  # the first feed: a finished run's slot may hold the start of `ids`
+            self._slot, shared = self.executor.take_slot(ids)
+            self.cached_ids, self.stats.reused = [int(i) for i in ids[:shared]], shared
+        keep = common_prefix(self.cached_ids, ids)
+        if keep < min(len(self.cached_ids), len(ids)):  # diverged (a prefix of the cache needs no crop)
+            self._truncate(keep)
+        missing = [t for t in starts if t not in self._memo]
+        if missing:
+            # Feed from the first uncached position; remembered logits past it are recomputed with it.
+            feed_from = min(len(self.cached_ids), min(missing) - 1)
+            self._forward(ids, feed_from, sorted({t for t in starts if t in missing or t > feed_from}))
+        return torch.stack([self._memo[t] for t in starts])
+
+    def _truncate(self, keep: int) -> None:
+        del self.cached_ids[keep:]
+        self._slot.length = keep
+        self._memo = {t: v for t, v in self._memo.items() if t <= keep}
+
+    def _forward(self, ids: Sequence[int], feed_from: int, wanted: Sequence[int]) -> None:
+        """Feed ids[feed_from:max(wanted)]; the output at position p is the distribution of ids[p + 1]."""
+        if not 1 <= wanted[0] <= wanted[-1] <= len(ids):
+            raise ValueError(f"positions {wanted[0]}..{wanted[-1]} are outside the {len(ids)} ids given")
+        if feed_from < len(self.cached_ids):
+            self._truncate(feed_from)
+        chunk = [int(i) for i in ids[feed_from : wanted[-1]]]
+        if self._vocab_size and not all(0 <= i < self._vocab_size for i in chunk):
+            raise ValueError(f"a token id outside {self.lm.name}'s vocabulary of {self._vocab_size}")
+        request = Request(self._run, self._slot, feed_from, chunk, [t - 1 - feed_from for t in wanted])
+        self.executor.compute(request)
+        self.stats.passes += 1
+        self.stats.positions += len(chunk)
+        self.stats.seconds += request.seconds
+        self.stats.rows += request.rows
+        self.stats.wait_seconds += request.started - request.submitted
+        self.stats.logit_bytes += request.logit_bytes
+        self.cached_ids.extend(chunk)
+        for t, row in zip(wanted, request.logits):
+            self._memo[t] = row
+
+    def forget_before(self, start: int) -> None:
+        """Drop remembered logits that no later request can ask for (bounded memory on long runs)."""
+        self._memo = {t: v for t, v in self._memo.items() if t >= start}

@@ -1,0 +1,1 @@
+"""Where tokens sit in a text: byte tables, spans and boundaries of any Hugging Face tokenizer."""
