@@ -1,0 +1,56 @@
+"""The layers contract (scripts/check_layers.py) holds on this tree, and it catches what it is for: an upward
+import hidden in a function, a cycle inside one layer, a UI import in the engine, a module in no layer."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from scripts.check_layers import PACKAGES, breaches, main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_tree_keeps_its_layers(capsys):
+    assert main([str(ROOT)]) == 0, capsys.readouterr().out
+
+
+@pytest.fixture
+def tree(tmp_path):
+    for package in PACKAGES:
+        shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
+    assert breaches(tmp_path) == []
+    return tmp_path
+
+
+def _append(path: Path, code: str) -> None:
+    path.write_text(path.read_text(encoding="utf-8") + "\n\n" + code + "\n", encoding="utf-8")
+
+
+def test_a_lazy_upward_import_is_caught(tree):
+    _append(tree / "safe_engine/contract/errors.py", "def _late():\n    from ..models.loading import LoadedModel\n")
+    problems = breaches(tree)
+    assert any("safe_engine.contract.errors (layer 0) imports safe_engine.models.loading" in p for p in problems)
+
+
+def test_a_type_checking_import_is_no_import(tree):
+    _append(
+        tree / "safe_engine/contract/errors.py",
+        "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from ..models.loading import LoadedModel\n",
+    )
+    assert breaches(tree) == []
+
+
+def test_a_cycle_inside_one_layer_is_caught(tree):
+    _append(tree / "safe_engine/models/specs.py", "def _late():\n    from .cache import load_models\n")
+    assert any(p.startswith("import cycle:") and "safe_engine.models.specs" in p for p in breaches(tree))
+
+
+def test_the_engine_may_not_import_the_ui(tree):
+    _append(tree / "safe_engine/run/stats.py", "def _late():\n    import gradio\n")
+    assert breaches(tree) == ["safe_engine/run/stats.py: the engine imports gradio, a UI package"]
+
+
+def test_a_module_outside_every_layer_is_caught(tree):
+    (tree / "safe_engine/stray.py").write_text('"""A module nobody placed."""\n', encoding="utf-8")
+    assert breaches(tree) == ["safe_engine/stray.py: belongs to no layer (add it to LAYERS)"]
