@@ -1,7 +1,7 @@
 """The matrix: five real tokenizer families (Gemma 3, SmolLM2, Llama 3, Mistral 7B, Llama 2), every
 ordered pair. Alignment invariants on the hostile corpus, OOV-like sets as tokdiff shows them, a full
 single / per-token / SAFE decode with tiny random-weight models that carry the real tokenizers, and
-tokdiff's word-list agreement, which the README publishes.
+tokdiff's word-list agreement, which docs/tokenizers.md publishes.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.families
 
 ORDERED_PAIRS = list(itertools.permutations(FAMILIES, 2))
 PROMPT = "Write one sentence about tokenizers."
-README = Path(__file__).resolve().parents[1] / "README.md"
+TOKENIZERS_DOC = Path(__file__).resolve().parents[1] / "docs" / "tokenizers.md"
 # What each family's metadata says ends a response: its EOS, and the token its chat template closes an
 # assistant turn with (Gemma 3's GGUF-converted base has no template; its <end_of_turn> is a known marker).
 END_TOKENS = {
@@ -200,10 +200,10 @@ def test_tokdiff_pair_view_and_word_agreement(vocabs, a, b, capsys):
     assert [t["text"] for t in data["tokens"][data["models"][0]]] == [t.text for t in view.tokens[a]]
 
 
-def test_readme_publishes_the_agreement_table(vocabs):
-    readme = README.read_text()
+def test_the_docs_publish_the_agreement_table(vocabs):
+    doc = TOKENIZERS_DOC.read_text(encoding="utf-8")
     published = {}
-    for line in readme.splitlines():
+    for line in doc.splitlines():
         match = re.match(r"\| (\S+) \| (.+) \|$", line)
         if match and match.group(1) in FAMILIES:
             cells = [c.strip() for c in match.group(2).split("|")]
@@ -211,5 +211,5 @@ def test_readme_publishes_the_agreement_table(vocabs):
     for a, b in itertools.combinations(FAMILIES, 2):
         rate = word_agreement({a: vocabs[a], b: vocabs[b]}).rate
         assert published.get((a, b)) == published.get((b, a)) == f"{100 * rate:.1f} %", (a, b)
-    assert f"All five agree on {100 * word_agreement(vocabs).rate:.1f} %" in readme
-    assert f"the {len(common_words()):,} alphabetic words" in readme
+    assert f"All five agree on {100 * word_agreement(vocabs).rate:.1f} %" in doc
+    assert f"the {len(common_words()):,} alphabetic words" in doc
