@@ -22,7 +22,7 @@ runs; with each count, the CPU seconds the app's process and this one (the clien
 the same through `python -m safe_engine serve` (C plain HTTP clients, a chat completion each, not streamed:
 serving with no UI), and the same runs with no server (`decode_many` in this process, the form's config,
 its CPU seconds): the floor both sit on, since a server only adds its own work to the engine's.
-bench: the README's 40 items (four shipped sets, `--bench-limit` each) run by `Bench` at each
+bench: the 40 items of benchmarks/RESULTS.md (four shipped sets, `--bench-limit` each) run by `Bench` at each
 `--bench-sizes` batch size into a fresh folder; wall time against batch 1, and how many rows equal batch 1's.
 """
 
@@ -309,7 +309,7 @@ def app_section(args) -> dict:
     return report
 
 
-BENCH_TASKS = ("facts", "arithmetic", "copying", "completion")  # the README's 40-item benchmark at --limit 10
+BENCH_TASKS = ("facts", "arithmetic", "copying", "completion")  # RESULTS.md's 40-item benchmark at --limit 10
 
 
 def bench_section(args, models) -> dict:

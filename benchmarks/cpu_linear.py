@@ -1,5 +1,5 @@
 """The CPU linear layers side by side (`--cpu-linear torch | streamed | int8-head`): speed of one run, and the
-README's 40-item benchmark's accuracy and outputs against transformers' own layers.
+40-item benchmark's accuracy (benchmarks/RESULTS.md) and outputs against transformers' own layers.
 
     python benchmarks/cpu_linear.py [--modes torch,streamed,int8-head] [--prompts 8] [--max-new-tokens 32]
                                     [--bench-limit 10] [--bench-tokens 24] [--batch-size 8] [--out FILE]

@@ -78,7 +78,7 @@ class LiveTab:
                             label="SAFE mode",
                             info="exact: one ensemble per round, the rest of the draft dropped (the paper); "
                             "fast: keeps scanning a draft the ensemble confirmed (a little faster, can change some "
-                            "outputs; see the README)",
+                            "outputs; see docs/algorithm.md)",
                         )
                         draft_gate = gr.Number(
                             DEFAULTS.draft_gate,
@@ -87,7 +87,7 @@ class LiveTab:
                             maximum=0.99,
                             step=0.05,
                             info="end a draft right after a token the drafter gives p < τ (0: the paper's full "
-                            "drafts; a gate is faster and rarely changes the output, see the README)",
+                            "drafts; a gate is faster and rarely changes the output, see docs/algorithm.md)",
                             elem_id="draft-gate",
                         )
                         per_token_commit = gr.Radio(

@@ -1,4 +1,4 @@
-"""SAFE's decision at one drafted position, rule by rule (SAFE.md; the paper's §3 and App. H).
+"""SAFE's decision at one drafted position, rule by rule (docs/algorithm.md; the paper's §3 and App. H).
 
 1. Stability: ensembling at drafted token d_j is safe only if the boundary *before* d_j is a token
    boundary in every verifier's own tokenization of the same text (else d_{j-1} is OOV-like for it).

@@ -256,10 +256,10 @@ def parameter_count(spec: str, options: LoadOptions = LoadOptions()) -> int:
 
 def quantize_int8(model):
     """Every Linear layer (the 262k-row LM head of Gemma too) with int8 weights and activations quantized
-    on the fly: faster per step on a CPU and less accurate (the README has both, measured).
+    on the fly: faster per step on a CPU and less accurate (benchmarks/RESULTS.md has both, measured).
 
     torch.ao's dynamic quantization, not torchao: torchao 0.18's int8 configs have no fast CPU kernels
-    and ran far slower than fp32 on this kind of machine (README). torch marks these APIs deprecated.
+    and ran far slower than fp32 on this kind of machine (benchmarks/RESULTS.md). torch marks these APIs deprecated.
     """
     import warnings
 

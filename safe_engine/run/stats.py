@@ -1,4 +1,4 @@
-"""Per-run counters: what SAFE.md's "metrics every run reports" lists, filled in as decoding goes."""
+"""Per-run counters: the metrics every run reports (docs/algorithm.md), filled in as decoding goes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Per-token ensembling, as UniTE runs it: the baseline whose collapse the paper reports (SAFE.md).
+"""Per-token ensembling, as UniTE runs it: the baseline whose collapse the paper reports (docs/algorithm.md).
 
 Every step, every model predicts the next token of the same text (the drafter from its own ids, every
 other model from its canonical tokenization of the text) and the union's argmax is committed through the

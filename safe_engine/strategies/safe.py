@@ -1,4 +1,4 @@
-"""SAFE's round as the paper writes it: Generate → Verify → Ensemble → commit (SAFE.md, Alg. 1).
+"""SAFE's round as the paper writes it: Generate → Verify → Ensemble → commit (docs/algorithm.md; the paper's Alg. 1).
 
 - Generate: the drafter drafts up to n tokens.
 - Verify: each verifier re-tokenizes the response with the draft, finds its own token at the boundary
@@ -107,7 +107,7 @@ def verify(run: Run, layout: Layout) -> Scores:
 
     The passes are independent of each other and of the next draft: with one device per model they run at
     once (`overlap.each`). Not on one CPU by default: there the models share memory bandwidth, and
-    overlapping them was measured slower than running them in turn (README).
+    overlapping them was measured slower than running them in turn (benchmarks/RESULTS.md).
     """
     safe = [j for j in range(len(layout.own)) if layout.safe(j)]
     starts = [sorted({layout.own[j][k] for j in safe}) for k in range(len(run.verifiers))]
