@@ -105,12 +105,14 @@ class Option:
         return self._one(key, value)
 
     def _one(self, key: str, value: object) -> object:
+        """The command line's own words for a bad value, so every front door says the same."""
         try:
             converted = self.type(value)
         except (TypeError, ValueError):
-            raise UsageError(f"{key}: invalid value {value!r}") from None
+            raise UsageError(f"argument {self.flag}: invalid {self.type.__name__} value: {value!r}") from None
         if self.choices is not None and converted not in self.choices:
-            raise UsageError(f"{key}: {value!r} is not one of {', '.join(map(str, self.choices))}")
+            choices = ", ".join(map(repr, self.choices))
+            raise UsageError(f"argument {self.flag}: invalid choice: {value!r} (choose from {choices})")
         return converted
 
 
