@@ -201,7 +201,7 @@ MUTATIONS = [
     Mutation(
         "gate-on-for-unite",
         "the gate is on by default for GaC only",
-        "safe_engine/decisions/ensemble.py",
+        "safe_engine/contract/config.py",
         'return self.method == "gac" if self.gate is None else self.gate',
         "return True if self.gate is None else self.gate",
     ),
