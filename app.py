@@ -28,6 +28,7 @@ from components.run_stream import Runner  # noqa: E402
 from components.stops import Stops  # noqa: E402
 from components.tokenizers_tab import TokenizersTab  # noqa: E402
 from safe_engine.contract.errors import SafeEngineError  # noqa: E402
+from safe_engine.data import TRACES_DIR  # noqa: E402
 from safe_engine.models.placement import checked  # noqa: E402
 from safe_engine.models.specs import DEFAULT_MODELS, resolve_spec  # noqa: E402
 from safe_engine.options import add_loading_options, load_options  # noqa: E402
@@ -51,7 +52,7 @@ def build_demo(specs: Sequence[str] = DEFAULT_MODELS, pool: ModelPool | None = N
             live = LiveTab(runner, list(specs), examples)
             CompareTab(runner, live.form, examples)
             BenchmarkTab(runner, live.form)
-            ReplayTab(shipped_traces(ASSETS / "traces"))
+            ReplayTab(shipped_traces(TRACES_DIR))
             TokenizersTab(live.models, json.loads((ASSETS / "tokenizer_examples.json").read_text(encoding="utf-8")))
     return demo
 

@@ -1,7 +1,7 @@
 """The same rows three ways: our `bench`, lm-eval through the `safe-ensemble` model, lm-eval through our
 OpenAI-compatible server (its `local-chat-completions` model), one strategy, the embedded pair by default.
 
-    python benchmarks/routes.py [--task facts] [--limit 10] [--strategy safe] [--out out/routes.json]
+    python -m benchmarks.routes [--task facts] [--limit 10] [--strategy safe] [--out out/routes.json]
 
 All three build the bench's direct prompt and let each model apply its own chat template (lm-eval with
 ``--apply_chat_template``; the server's chat endpoint), greedy, stop at the answer's line, 64 new tokens.

@@ -2,7 +2,6 @@
 explanation, the damage in pinned details and run metrics, older traces without damage, Replay's manifest."""
 
 import json
-from pathlib import Path
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -25,11 +24,11 @@ from safe_engine.contract.events import (
     RunStarted,
     TextCommitted,
 )
+from safe_engine.data import TRACES_DIR as TRACES
 from safe_engine.orchestration.comparison import summarize
 from safe_engine.run.damage import degenerate
 from safe_engine.strategies.decoding import DecodeConfig, decode
 
-TRACES = Path(__file__).resolve().parents[1] / "assets" / "traces"
 DRAFTER, VERIFIER = "drafter-m", "verifier-m"
 CLEAN = {
     "repeated_4gram_rate": 0.0,

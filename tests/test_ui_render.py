@@ -1,7 +1,5 @@
 """The UI's rendering, without a browser or a model: events → view → HTML and Plotly figures."""
 
-from pathlib import Path
-
 import plotly.graph_objects as go
 import pytest
 
@@ -32,8 +30,9 @@ from safe_engine.contract.events import (
     UnionRow,
     VerifierView,
 )
+from safe_engine.data import TRACES_DIR
 
-TRACES = sorted((Path(__file__).resolve().parents[1] / "assets" / "traces").glob("*.jsonl"))
+TRACES = sorted(TRACES_DIR.glob("*.jsonl"))
 EVIL = "<script>alert(1)</script>"
 A, B = "drafter-m", "verifier-m"
 
