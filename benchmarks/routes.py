@@ -23,11 +23,12 @@ from pathlib import Path
 from safe_engine.bench import load_task, run_example
 from safe_engine.cli import build_parser
 from safe_engine.contract.config import DecodeConfig
+from safe_engine.integrations import LM_EVAL_TASKS_DIR
 from safe_engine.models.cache import load_models
 from safe_engine.models.specs import DEFAULT_MODELS
 from safe_engine.orchestration.comparison import warm_up
 
-TASKS = str(Path(__file__).resolve().parents[1] / "safe_engine" / "integrations" / "lm_eval_tasks")
+TASKS = str(LM_EVAL_TASKS_DIR)
 
 
 def bench_route(models, examples, strategy):
