@@ -9,8 +9,7 @@ import pytest
 from test_ui_render import EVIL
 from tiny_models import char_tokenizer, tiny_model, unigram_tokenizer
 
-import app
-from components import charts
+from components import charts, studio
 from components.compare_tab import EXPLANATION, measured_html, metrics_frame
 from components.live_tab import READY
 from components.replay_tab import caption_html, shipped_traces
@@ -243,7 +242,7 @@ def test_measured_explanation_escapes_names_and_needs_finished_runs():
 
 
 def test_static_texts_make_no_claim_a_measurement_can_contradict():
-    for text in (EXPLANATION, app.INTRO, READY):
+    for text in (EXPLANATION, studio.INTRO, READY):
         for claim in ("about as much as", "as fast as", "small share", "strongest", "always"):
             assert claim not in text, claim
 
