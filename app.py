@@ -1,97 +1,11 @@
-"""SAFE Ensemble Studio, the web app:
-``python app.py [--host 127.0.0.1] [--port 7860] [--models SPEC ...] [--devices D ...] [--dtype T ...] [--cpu-int8]
-[--share]``.
+"""SAFE Ensemble Studio, the web app, from a checkout: ``python app.py [--port 7860] [--models SPEC ...] ...``.
 
-Models load on the first run, once per process, and are shared by every browser tab; everything a tab
-shows lives in that tab's session state. The UI only consumes the engine's events.
+The same `main` as the installed ``safe-studio`` command; the app itself is `components.studio`.
 """
 
-from __future__ import annotations
-
-import argparse
-import json
-import os
 import sys
-from collections.abc import Sequence
-from pathlib import Path
 
-os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # read when gradio is imported; this machine may be offline
-
-import gradio as gr  # noqa: E402
-
-from components.benchmark_tab import BenchmarkTab  # noqa: E402
-from components.compare_tab import CompareTab  # noqa: E402
-from components.live_tab import LiveTab  # noqa: E402
-from components.pool import ModelPool  # noqa: E402
-from components.replay_tab import ReplayTab, shipped_traces  # noqa: E402
-from components.run_stream import Runner  # noqa: E402
-from components.stops import Stops  # noqa: E402
-from components.tokenizers_tab import TokenizersTab  # noqa: E402
-from safe_engine.contract.errors import SafeEngineError  # noqa: E402
-from safe_engine.models.placement import checked  # noqa: E402
-from safe_engine.models.specs import DEFAULT_MODELS, resolve_spec  # noqa: E402
-from safe_engine.options import add_loading_options, load_options  # noqa: E402
-
-ASSETS = Path(__file__).resolve().parent / "assets"
-
-INTRO = """# SAFE Ensemble Studio
-Two small models with **different tokenizers** answer together, token by token. With SAFE one of them
-(the drafter) drafts, and the ensemble runs only where it is both *safe* (every model has a token
-boundary there) and *needed* (the models do not already agree). Watch a run live and branch it at any
-token (what-if), compare it with naive per-token ensembling and the damage each leaves, or replay a
-recorded run while the models load."""
-
-
-def build_demo(specs: Sequence[str] = DEFAULT_MODELS, pool: ModelPool | None = None) -> gr.Blocks:
-    examples = json.loads((ASSETS / "examples.json").read_text(encoding="utf-8"))
-    runner = Runner(pool or ModelPool(), Stops())
-    with gr.Blocks(title="SAFE Ensemble Studio", analytics_enabled=False) as demo:
-        gr.Markdown(INTRO)
-        with gr.Tabs():
-            live = LiveTab(runner, list(specs), examples)
-            CompareTab(runner, live.form, examples)
-            BenchmarkTab(runner, live.form)
-            ReplayTab(shipped_traces(ASSETS / "traces"))
-            TokenizersTab(live.models, json.loads((ASSETS / "tokenizer_examples.json").read_text(encoding="utf-8")))
-    return demo
-
-
-def launch(demo: gr.Blocks, host: str = "127.0.0.1", port: int = 7860, share: bool = False, **kwargs):
-    # theme/css moved from Blocks() to launch() in Gradio 6; the default theme needs no web fonts.
-    return demo.queue(max_size=64).launch(
-        server_name=host, server_port=port, share=share, css_paths=[ASSETS / "style.css"], ssr_mode=False, **kwargs
-    )
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python app.py", description="SAFE Ensemble Studio web app")
-    parser.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: loopback only)")
-    parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", 7860)))
-    parser.add_argument(
-        "--models",
-        nargs="+",
-        default=list(DEFAULT_MODELS),
-        metavar="SPEC",
-        help="default models of the form (embedded:NAME, a folder, a .gguf file or a hub id)",
-    )
-    add_loading_options(parser)
-    parser.add_argument("--share", action="store_true", help="also open a public Gradio share link")
-    args = parser.parse_args(argv)
-    options = load_options(args)
-    try:
-        for spec in args.models:
-            resolve_spec(spec)
-        checked(len(args.models), options)
-    except SafeEngineError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    try:
-        launch(build_demo(args.models, ModelPool(options)), args.host, args.port, args.share)
-    except OSError as exc:  # the port is taken, or the host is not an address of this machine
-        print(f"error: cannot serve on {args.host}:{args.port}: {exc}", file=sys.stderr)
-        return 2
-    return 0
-
+from components.studio import main
 
 if __name__ == "__main__":
     sys.exit(main())

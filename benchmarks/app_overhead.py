@@ -5,7 +5,7 @@ cost lands inside the run's own wall time. Both sides report the engine's `token
 run_finished event (the app's comes from its downloadable trace); runs alternate between the two, one
 at a time, so machine noise hits both alike.
 
-    python benchmarks/app_overhead.py [--max-new-tokens 48] [--repeats 3]
+    python -m benchmarks.app_overhead [--max-new-tokens 48] [--repeats 3]
 """
 
 from __future__ import annotations

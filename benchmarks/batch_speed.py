@@ -1,7 +1,7 @@
 """Many runs at once: aggregate tokens/s at batch sizes 1, 2, 4, 8, outputs against batch 1, memory; the app
 under concurrent clients; the 40-item bench at --batch-size 8 against 1.
 
-    python benchmarks/batch_speed.py [--sections engine,app,bench] [--out out/batch_speed.json]
+    python -m benchmarks.batch_speed [--sections engine,app,bench] [--out out/batch_speed.json]
         engine: [--max-new-tokens 32] [--sizes 1,2,4,8] [--strategies single,per-token,safe] [--prompts 20]
         app:    [--clients 1,4,8] [--app-tokens 24] [--app-repeats 3]
         bench:  [--bench-sizes 1,8] [--bench-strategies safe] [--bench-limit 10] [--bench-tokens 24]

@@ -1,14 +1,14 @@
 """Find real prompts where per-token ensembling collapses and SAFE does not, on the embedded pair.
 
-    python benchmarks/collapse_search.py [--max-new-tokens 160] [--limit N] [--out out/collapse]
-    python benchmarks/collapse_search.py --report-only [--ship 4]
+    python -m benchmarks.collapse_search [--max-new-tokens 160] [--limit N] [--out out/collapse]
+    python -m benchmarks.collapse_search --report-only [--ship 4]
 
 Runs every prompt of benchmarks/collapse_prompts.jsonl through each model alone, per-token ensembling in
 both commit modes (UniTE's first sub-token, and the full spelling) and SAFE; appends one line per run to
 OUT/results.jsonl (rerunning resumes) and each prompt's events to OUT/traces/ID.jsonl. Then it writes a
 report (default benchmarks/results/collapse_search.md) ranking prompts by how much worse per-token's
 output is than both SAFE's and the single models', with the distribution of degenerate outputs per
-strategy. `--ship K` copies the K clearest cases (per-token, SAFE, the drafter alone) into assets/traces/.
+strategy. `--ship K` copies the K clearest cases (per-token, SAFE, the drafter alone) into safe_engine/data/traces/.
 
 Severity of one output, 0..1: the largest of the repeated 4-gram rate, the longest token run / 16, the
 longest line run / 8, the whitespace share / 0.6 and 1 if it holds U+FFFD (`safe_engine.damage`).
@@ -23,6 +23,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from safe_engine.data import TRACES_DIR
 from safe_engine.models.cache import load_models
 from safe_engine.models.specs import DEFAULT_MODELS
 from safe_engine.orchestration.comparison import comparison_plan, summarize, warm_up
@@ -33,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 PROMPTS = ROOT / "benchmarks" / "collapse_prompts.jsonl"
 REPORT = ROOT / "benchmarks" / "results" / "collapse_search.md"
-SHIPPED = ROOT / "assets" / "traces"
+SHIPPED = TRACES_DIR
 PER_TOKEN = ("per-token", "per-token-full")
 
 
@@ -146,7 +147,7 @@ def report(args) -> None:
     lines = [
         f"# Collapse search: where per-token ensembling breaks ({len(prompts)} prompts)",
         "",
-        "Produced by `python benchmarks/collapse_search.py` on the embedded pair (Gemma-3-270M drafts, "
+        "Produced by `python -m benchmarks.collapse_search` on the embedded pair (Gemma-3-270M drafts, "
         f"SmolLM2-135M verifies), greedy, at most {args.max_new_tokens} new tokens per run. "
         "A run is *degenerate* when its longest token run ≥ 8, longest line run ≥ 4, "
         "repeated 4-gram rate ≥ 0.5 or whitespace share ≥ 0.3 (`safe_engine/run/damage.py`).",
@@ -215,7 +216,7 @@ def report(args) -> None:
 
 
 def ship(args, prompts: dict[str, dict[str, dict]], chosen: list[str]) -> None:
-    """Copy the per-token, SAFE and drafter-alone runs of each chosen prompt into assets/traces/."""
+    """Copy the per-token, SAFE and drafter-alone runs of each chosen prompt into safe_engine/data/traces/."""
     for rank, pid in enumerate(chosen, 1):
         runs = [[]]
         for line in (Path(args.out) / "traces" / f"{pid}.jsonl").read_text(encoding="utf-8").splitlines():
@@ -256,7 +257,7 @@ def main() -> None:
     parser.add_argument("--report", default=str(REPORT))
     parser.add_argument("--report-only", action="store_true", help="rank what OUT/results.jsonl holds; run nothing")
     parser.add_argument(
-        "--ship", type=int, default=0, metavar="K", help="copy the K clearest cases into assets/traces/"
+        "--ship", type=int, default=0, metavar="K", help="copy the K clearest cases into safe_engine/data/traces/"
     )
     args = parser.parse_args()
     if not args.report_only:

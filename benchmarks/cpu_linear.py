@@ -1,7 +1,7 @@
 """The CPU linear layers side by side (`--cpu-linear torch | streamed | int8-head`): speed of one run, and the
 40-item benchmark's accuracy (benchmarks/RESULTS.md) and outputs against transformers' own layers.
 
-    python benchmarks/cpu_linear.py [--modes torch,streamed,int8-head] [--prompts 8] [--max-new-tokens 32]
+    python -m benchmarks.cpu_linear [--modes torch,streamed,int8-head] [--prompts 8] [--max-new-tokens 32]
                                     [--bench-limit 10] [--bench-tokens 24] [--batch-size 8] [--out FILE]
 
 Every mode's pair is loaded at once (fp32 CPU), so the speed runs interleave: each speed prompt runs

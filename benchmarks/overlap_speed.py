@@ -1,6 +1,6 @@
 """SAFE with overlap on vs off (`safe_engine/strategies/overlap.py`): seconds per token, side by side in one process.
 
-    python benchmarks/overlap_speed.py [--prompts 5] [--max-new-tokens 48] [--devices D ...] [--out FILE.json]
+    python -m benchmarks.overlap_speed [--prompts 5] [--max-new-tokens 48] [--devices D ...] [--out FILE.json]
 
 On the embedded pair (or `--models`), for each prompt: SAFE with overlap off and on, in alternating order,
 after `warm_up`; medians over prompts of seconds per generated token, and whether the outputs are the

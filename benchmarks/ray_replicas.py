@@ -1,6 +1,6 @@
 """Ray on one machine: what a call to a model actor costs, and a sweep on 2 CPU replicas vs 1.
 
-    python benchmarks/ray_replicas.py [--calls 50] [--limit 10] [--max-new-tokens 16] [--cpus 2] [--out FILE]
+    python -m benchmarks.ray_replicas [--calls 50] [--limit 10] [--max-new-tokens 16] [--cpus 2] [--out FILE]
 
 Per-call overhead: each embedded model decodes `--calls` one-token steps through an in-process session
 and through a Ray actor's session (same ids, the same forward passes); the medians and their difference

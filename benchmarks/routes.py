@@ -1,7 +1,7 @@
 """The same rows three ways: our `bench`, lm-eval through the `safe-ensemble` model, lm-eval through our
 OpenAI-compatible server (its `local-chat-completions` model), one strategy, the embedded pair by default.
 
-    python benchmarks/routes.py [--task facts] [--limit 10] [--strategy safe] [--out out/routes.json]
+    python -m benchmarks.routes [--task facts] [--limit 10] [--strategy safe] [--out out/routes.json]
 
 All three build the bench's direct prompt and let each model apply its own chat template (lm-eval with
 ``--apply_chat_template``; the server's chat endpoint), greedy, stop at the answer's line, 64 new tokens.
@@ -23,11 +23,12 @@ from pathlib import Path
 from safe_engine.bench import load_task, run_example
 from safe_engine.cli import build_parser
 from safe_engine.contract.config import DecodeConfig
+from safe_engine.integrations import LM_EVAL_TASKS_DIR
 from safe_engine.models.cache import load_models
 from safe_engine.models.specs import DEFAULT_MODELS
 from safe_engine.orchestration.comparison import warm_up
 
-TASKS = str(Path(__file__).resolve().parents[1] / "safe_engine" / "integrations" / "lm_eval_tasks")
+TASKS = str(LM_EVAL_TASKS_DIR)
 
 
 def bench_route(models, examples, strategy):

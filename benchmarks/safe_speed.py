@@ -1,6 +1,6 @@
 """SAFE vs the drafter alone vs per-token ensembling, and each speed lever, side by side in one process.
 
-    python benchmarks/safe_speed.py [--max-new-tokens 48] [--gates 0.1,0.2,0.5] [--no-int8] [--out out/speed.json]
+    python -m benchmarks.safe_speed [--max-new-tokens 48] [--gates 0.1,0.2,0.5] [--no-int8] [--out out/speed.json]
 
 On the embedded pair, for each prompt of two sets (the 10 kept from earlier measurements and 10 hard
 ones: rare names, translation, open prose, code), runs: the drafter alone; SAFE as the paper runs it

@@ -1,6 +1,6 @@
 """How fast the tokenizer debugger answers once tokenizers are loaded (the app re-renders on each edit).
 
-    python benchmarks/tokdiff_speed.py [--chars 2000] [--repeats 20] [--models SPEC SPEC]
+    python -m benchmarks.tokdiff_speed [--chars 2000] [--repeats 20] [--models SPEC SPEC]
 
 Prints the median wall time of the pair view alone and of pair view + HTML rendering.
 """

@@ -1,11 +1,12 @@
-"""Command line: ``python -m safe_engine generate|compare|bench|tokdiff|lm-eval|serve ...``. Bad input: one line on
-stderr, exit 2."""
+"""Command line: ``python -m safe_engine generate|compare|bench|tokdiff|lm-eval|serve ...`` (installed: the
+``safe-ensemble`` command). Bad input: one line on stderr, exit 2."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
 import json
+import os
 import sys
 from collections.abc import Sequence
 
@@ -35,7 +36,8 @@ SHARED_TIMES = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OptionParser(prog="python -m safe_engine", description="SAFE token-level LLM ensembling")
+    prog = "safe-ensemble" if os.path.basename(sys.argv[0]) == "safe-ensemble" else "python -m safe_engine"
+    parser = OptionParser(prog=prog, description="SAFE token-level LLM ensembling")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OptionParser)
     gen = sub.add_parser("generate", help="decode one prompt with one strategy")
     add_decoding_options(gen, with_strategy=True)
@@ -269,7 +271,10 @@ def _lm_eval(argv: Sequence[str]) -> int:
     try:
         from .integrations.lm_eval import run_cli
     except ModuleNotFoundError as exc:
-        raise UsageError(f"{exc.name} is not installed: pip install -r requirements-integrations.txt") from exc
+        raise UsageError(
+            f"{exc.name} is not installed: pip install 'safe-ensemble-studio[eval]' "
+            "(from a checkout: pip install -r requirements-integrations.txt)"
+        ) from exc
 
     return run_cli(argv)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 PACKAGES = ("safe_engine", "components")
 LAYERS: tuple[tuple[str, ...], ...] = (  # bottom first; a module belongs to the layer of its longest prefix
-    ("safe_engine.contract",),
+    ("safe_engine.contract", "safe_engine.data"),  # data: the files the engine ships, no imports
     ("safe_engine.tokenization",),
     ("safe_engine.runtime",),
     ("safe_engine.models",),

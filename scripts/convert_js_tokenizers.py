@@ -11,7 +11,7 @@ same cache and locking as the embedded models. The tests prove every conversion 
 package's own ``encode`` on a hostile corpus. The app never imports this file: the folders it writes
 are ordinary tokenizer folders (``python -m safe_engine tokdiff --models FOLDER FOLDER``).
 
-    python scripts/convert_js_tokenizers.py [NAME ...]     # prints each converted folder
+    python -m scripts.convert_js_tokenizers [NAME ...]     # prints each converted folder
 
 Needs ``node`` and the pinned packages: ``npm ci --prefix scripts/js-tokenizers``
 (``bash scripts/setup.sh --tests`` does both).

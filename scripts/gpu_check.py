@@ -1,6 +1,6 @@
 """SAFE on models of realistic size, for a GPU machine (run by hand; about 10 minutes on one GPU at most).
 
-    python scripts/gpu_check.py [--tokenizers DIR] [--layers 32] [--prompts 4] [--max-new-tokens 96] [--out F.json]
+    python -m scripts.gpu_check [--tokenizers DIR] [--layers 32] [--prompts 4] [--max-new-tokens 96] [--out F.json]
 
 Builds two random-weight models in bf16 from configs written here (Llama-3-8B as the drafter, Mistral-7B
 as the verifier), each with its real tokenizer as `scripts/convert_js_tokenizers.py` converts it (folders

@@ -20,6 +20,8 @@ import pytest
 pytest.importorskip("playwright")
 from playwright.sync_api import expect, sync_playwright  # noqa: E402
 
+from safe_engine.data import TRACES_DIR
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -32,7 +34,7 @@ CHROMIUM_ARGS = [
     "--disable-quic",
 ]
 ROOT = Path(__file__).resolve().parents[1]
-SAFE_TRACE = ROOT / "assets" / "traces" / "1-safe-factorial.jsonl"
+SAFE_TRACE = TRACES_DIR / "1-safe-factorial.jsonl"
 PLOT_MS = 120_000
 RUN_MS = 420_000  # the first run loads the models (minutes if they were never converted on this machine)
 

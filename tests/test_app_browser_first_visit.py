@@ -6,9 +6,9 @@ import json
 import re
 
 from playwright.sync_api import expect  # noqa: E402 (after test_app_browser's importorskip)
-from test_app_browser import ROOT, SAFE_TRACE, app_url, browser, page, pytestmark, replay_safe_trace  # noqa: F401
+from test_app_browser import SAFE_TRACE, app_url, browser, page, pytestmark, replay_safe_trace  # noqa: F401
 
-TRACES = ROOT / "assets" / "traces"
+from safe_engine.data import TRACES_DIR as TRACES
 
 
 def _headers(page, table: str) -> list[str]:

@@ -31,16 +31,16 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    import app
+    from components import studio
 
     words = [" the", " cat", " sat", " on", " mat", " dog", " at", "the", "cat", "sat", "on", "ma", "t"]
     specs = [
         str(tiny_model_folder(tmp_path_factory.mktemp("a"), char_tokenizer(), arch="gemma3", seed=1)),
         str(tiny_model_folder(tmp_path_factory.mktemp("b"), unigram_tokenizer(words), seed=2)),
     ]
-    demo = app.build_demo(specs)
+    demo = studio.build_demo(specs)
     port = _free_port()
-    app.launch(demo, port=port, prevent_thread_lock=True, quiet=True)
+    studio.launch(demo, port=port, prevent_thread_lock=True, quiet=True)
     try:
         yield f"http://127.0.0.1:{port}/", specs
     finally:

@@ -12,8 +12,9 @@ from safe_engine.bench import sweep as runner
 from safe_engine.bench.prompts import STOPS, answer_span
 from safe_engine.bench.scoring import extract_choice, extract_number, last_boxed, to_number
 from safe_engine.bench.store import RESULTS, claim, load_results, open_for_append, result_key
-from safe_engine.bench.tasks import TASKS_DIR, builtin_tasks
+from safe_engine.bench.tasks import builtin_tasks
 from safe_engine.contract.errors import ConfigError
+from safe_engine.data import TASKS_DIR
 from safe_engine.strategies.decoding import DecodeConfig
 
 

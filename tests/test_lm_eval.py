@@ -20,10 +20,10 @@ from safe_engine import cli  # noqa: E402
 from safe_engine.bench import load_task, run_example  # noqa: E402
 from safe_engine.contract.config import DecodeConfig  # noqa: E402
 from safe_engine.contract.errors import ConfigError  # noqa: E402
-from safe_engine.integrations import likelihood  # noqa: E402
-from safe_engine.integrations.lm_eval import CHAT_PREFIX, SafeEnsembleLM  # noqa: E402
+from safe_engine.integrations import LM_EVAL_TASKS_DIR, likelihood  # noqa: E402
+from safe_engine.integrations.lm_eval import CHAT_PREFIX, SafeEnsembleLM, with_shipped_tasks  # noqa: E402
 
-TASKS = "safe_engine/integrations/lm_eval_tasks"
+TASKS = str(LM_EVAL_TASKS_DIR)
 
 
 @pytest.fixture(scope="module")
@@ -239,3 +239,14 @@ def test_front_door_on_the_embedded_pair(strategy, embedded_pair, capsys):
     argv = ["lm-eval", "run", "--model", "safe-ensemble", "--model_args", args, "--tasks", "safe_gsm8k_cot"]
     assert cli.main(argv + ["--include_path", TASKS, "--limit", "1", "--gen_kwargs", "max_gen_toks=8"]) == 0
     assert "|safe_gsm8k_cot|" in capsys.readouterr().out
+
+
+def test_the_front_door_includes_the_shipped_tasks_unless_told_another_folder():
+    shipped = ["--include_path", str(LM_EVAL_TASKS_DIR)]
+    assert with_shipped_tasks(["ls", "tasks"]) == ["ls", "tasks", *shipped]
+    assert with_shipped_tasks(["run", "--tasks", "safe_facts"]) == ["run", "--tasks", "safe_facts", *shipped]
+    assert with_shipped_tasks(["--tasks", "safe_facts"]) == ["--tasks", "safe_facts", *shipped]  # lm-eval adds run
+    for own in (["run", "--include_path", "mine"], ["ls", "tasks", "--include_path=mine"]):
+        assert with_shipped_tasks(own) == own
+    assert with_shipped_tasks(["run"]) == ["run"]  # prints run's help
+    assert {"safe_arithmetic.yaml", "utils.py", "_bench_template_yaml"} <= {p.name for p in LM_EVAL_TASKS_DIR.iterdir()}

@@ -20,6 +20,7 @@ from tiny_pair import tiny_pair_folders  # noqa: E402
 
 from safe_engine.cli import build_parser  # noqa: E402
 from safe_engine.contract.events import RunStarted  # noqa: E402
+from safe_engine.integrations import LM_EVAL_TASKS_DIR  # noqa: E402
 from safe_engine.integrations.requests import Completion  # noqa: E402
 from safe_engine.models.cache import load_models  # noqa: E402
 from safe_engine.options import decoding_values  # noqa: E402
@@ -265,7 +266,7 @@ def test_lm_evals_local_completions_runs_our_offline_task_against_the_server(mod
             tasks=["safe_arithmetic"],
             limit=2,
             gen_kwargs="max_gen_toks=4",
-            task_manager=TaskManager(include_path="safe_engine/integrations/lm_eval_tasks"),
+            task_manager=TaskManager(include_path=str(LM_EVAL_TASKS_DIR)),
         )
     finally:
         server.close()

@@ -16,6 +16,7 @@ from components.tokenizers_tab import MAX_CORPUS_CHARS, TokenizersTab, corpus_te
 from components.view import RunView, read_trace
 from safe_engine.analysis.tokdiff import corpus_scan, load_vocabs, pair_view, vocab_overlap, word_agreement
 from safe_engine.contract.errors import ConfigError
+from safe_engine.data import TRACES_DIR
 from safe_engine.tokenization.alignment import TokenBytes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -153,7 +154,7 @@ def test_scan_handler_fills_the_tables_and_writes_the_csv(tmp_path):
 
 @pytest.mark.real_models
 def test_pinned_oov_like_token_shows_both_tokenizations_quickly():
-    view = RunView.of(read_trace(ROOT / "assets" / "traces" / "1-safe-factorial.jsonl"))
+    view = RunView.of(read_trace(TRACES_DIR / "1-safe-factorial.jsonl"))
     index = next(t.index for t in view.tokens if t.oov_like_for)
     tokenizations_html(view, index)  # loads the tokenizers once per process
     start = time.perf_counter()

@@ -2,7 +2,6 @@
 explanation, the damage in pinned details and run metrics, older traces without damage, Replay's manifest."""
 
 import json
-from pathlib import Path
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -10,8 +9,7 @@ import pytest
 from test_ui_render import EVIL
 from tiny_models import char_tokenizer, tiny_model, unigram_tokenizer
 
-import app
-from components import charts
+from components import charts, studio
 from components.compare_tab import EXPLANATION, measured_html, metrics_frame
 from components.live_tab import READY
 from components.replay_tab import caption_html, shipped_traces
@@ -25,11 +23,11 @@ from safe_engine.contract.events import (
     RunStarted,
     TextCommitted,
 )
+from safe_engine.data import TRACES_DIR as TRACES
 from safe_engine.orchestration.comparison import summarize
 from safe_engine.run.damage import degenerate
 from safe_engine.strategies.decoding import DecodeConfig, decode
 
-TRACES = Path(__file__).resolve().parents[1] / "assets" / "traces"
 DRAFTER, VERIFIER = "drafter-m", "verifier-m"
 CLEAN = {
     "repeated_4gram_rate": 0.0,
@@ -244,7 +242,7 @@ def test_measured_explanation_escapes_names_and_needs_finished_runs():
 
 
 def test_static_texts_make_no_claim_a_measurement_can_contradict():
-    for text in (EXPLANATION, app.INTRO, READY):
+    for text in (EXPLANATION, studio.INTRO, READY):
         for claim in ("about as much as", "as fast as", "small share", "strongest", "always"):
             assert claim not in text, claim
 

@@ -32,8 +32,9 @@ from safe_engine.contract.events import (
     UnionRow,
     VerifierView,
 )
+from safe_engine.data import TRACES_DIR
 
-TRACES = sorted((Path(__file__).resolve().parents[1] / "assets" / "traces").glob("*.jsonl"))
+TRACES = sorted(TRACES_DIR.glob("*.jsonl"))
 EVIL = "<script>alert(1)</script>"
 A, B = "drafter-m", "verifier-m"
 
@@ -325,20 +326,30 @@ def test_good_form_input_builds_a_config():
 
 
 def test_app_builds_and_rejects_a_bad_model_spec_before_launching(capsys):
-    import app
+    from components import studio
 
-    demo = app.build_demo()
+    demo = studio.build_demo()
     tabs = [block.label for block in demo.blocks.values() if type(block).__name__ == "Tab"]
     assert tabs == ["Ensemble live", "Compare", "Benchmark", "Replay", "Tokenizers"]
-    assert app.main(["--models", "embedded:nope"]) == 2
+    assert studio.main(["--models", "embedded:nope"]) == 2
     assert "unknown embedded model" in capsys.readouterr().err
     assert (
-        app.main(["--cpu-int8", "--models", "embedded:nope"]) == 2
+        studio.main(["--cpu-int8", "--models", "embedded:nope"]) == 2
     )  # the int8 flag parses; the bad spec still fails first
 
 
-def test_the_app_loads_its_models_with_the_clis_loading_flags(monkeypatch):
+def test_app_py_is_a_launcher_of_the_studios_main_and_finds_the_ui_files_in_the_checkout():
     import app
+    from components import studio
+
+    assert app.main is studio.main
+    root = Path(__file__).resolve().parents[1]
+    for name in ("style.css", "examples.json", "tokenizer_examples.json"):
+        assert studio.asset(name) == root / "assets" / name and studio.asset(name).is_file()
+
+
+def test_the_app_loads_its_models_with_the_clis_loading_flags(monkeypatch):
+    from components import studio
     from safe_engine import cli
 
     flags = [
@@ -352,21 +363,21 @@ def test_the_app_loads_its_models_with_the_clis_loading_flags(monkeypatch):
         "--no-chat-template",
     ]
     started = []
-    monkeypatch.setattr(app, "launch", lambda demo, *args: started.append(demo))
-    monkeypatch.setattr(app, "build_demo", lambda specs, pool: pool)
-    assert app.main(flags) == 0
+    monkeypatch.setattr(studio, "launch", lambda demo, *args: started.append(demo))
+    monkeypatch.setattr(studio, "build_demo", lambda specs, pool: pool)
+    assert studio.main(flags) == 0
     assert started[0].options == cli.load_options(cli.build_parser().parse_args(["generate", "--prompt", "x", *flags]))
 
 
 def test_app_says_so_when_its_port_is_taken(capsys):
     import socket
 
-    import app
+    from components import studio
 
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
-        assert app.main(["--port", str(busy.getsockname()[1])]) == 2
+        assert studio.main(["--port", str(busy.getsockname()[1])]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("error: cannot serve on 127.0.0.1:")
 

@@ -2,7 +2,6 @@
 always disarmed, failures worded in the page), and Replay's two runs on one token slider."""
 
 from dataclasses import fields
-from pathlib import Path
 
 import gradio as gr
 import pytest
@@ -13,8 +12,7 @@ from components.settings import FIELDS, Form, RunSettings
 from components.stops import Stops
 from components.view import RunView, read_trace, split_runs
 from safe_engine.contract.errors import ConfigError
-
-TRACES = Path(__file__).resolve().parents[1] / "assets" / "traces"
+from safe_engine.data import TRACES_DIR as TRACES
 
 
 def test_the_form_needs_one_component_per_setting_and_reads_them_by_name():

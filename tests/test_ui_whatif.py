@@ -204,9 +204,9 @@ def test_a_new_live_run_resets_the_branch_and_a_refused_one_keeps_it(tab, specs)
 def test_the_live_event_streams_none_of_the_what_if_section():
     """Gradio rebuilds every output an update leaves out, at every frame: the What-if section catches up in
     an event of its own, after the Live run."""
-    import app
+    from components import studio
 
-    demo = app.build_demo()
+    demo = studio.build_demo()
     live = next(fn for fn in demo.fns.values() if fn.api_name == "generate")
     follow = next(fn for fn in demo.fns.values() if getattr(fn.fn, "__name__", "") == "_follow")
     assert all(block.elem_id.startswith("live-") for block in live.outputs if not block.stateful)

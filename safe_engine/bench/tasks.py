@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..contract.errors import ConfigError
+from ..data import TASKS_DIR
 from .scoring import SCORERS
 
-TASKS_DIR = Path(__file__).resolve().parents[2] / "assets" / "tasks"
 LETTERS = string.ascii_uppercase
 
 
@@ -37,7 +37,7 @@ class Example:
 
 
 def builtin_tasks() -> list[str]:
-    """Names of the task sets shipped in assets/tasks."""
+    """Names of the task sets the package ships (`safe_engine.data.TASKS_DIR`)."""
     return sorted(p.stem for p in TASKS_DIR.glob("*.jsonl"))
 
 

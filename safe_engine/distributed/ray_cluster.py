@@ -59,7 +59,10 @@ def require_ray():
     try:
         import ray
     except ImportError:
-        raise ModelLoadError("models and sweeps on Ray need Ray: pip install -r requirements-ray.txt") from None
+        raise ModelLoadError(
+            "models and sweeps on Ray need Ray: pip install 'safe-ensemble-studio[ray]' (from a checkout: "
+            "pip install -r requirements-ray.txt)"
+        ) from None
     return ray
 
 

@@ -2,7 +2,10 @@
 
     python -m safe_engine lm-eval run --model safe-ensemble \\
         --model_args 'models=embedded:gemma-3-270m|embedded:smollm2-135m-instruct,strategy=safe' \\
-        --tasks safe_gsm8k_cot --include_path safe_engine/integrations/lm_eval_tasks --limit 4
+        --tasks safe_gsm8k_cot --limit 4
+
+The front door includes our offline tasks (`LM_EVAL_TASKS_DIR`: ``python -m safe_engine lm-eval ls tasks`` lists
+them with lm-eval's own) unless an ``--include_path`` of your own replaces them (lm-eval's CLI takes one folder).
 
 Model args are the decoding options of ``python -m safe_engine generate`` (`options.py`: ``models`` with
 ``|`` between specs, since lm-eval splits on commas; ``strategy``, ``lookahead``, ``top_k``, ``weights``,
@@ -42,7 +45,7 @@ from ..contract.errors import ConfigError, ModelLoadError
 from ..models.cache import load_models
 from ..models.loading import LoadedModel, pick_device
 from ..options import load_options, model_specs, parse_options
-from . import likelihood
+from . import LM_EVAL_TASKS_DIR, likelihood
 from .requests import complete, flatten_messages, plain
 
 logger = logging.getLogger(__name__)
@@ -250,12 +253,23 @@ def _progress(message: str) -> None:
     print(f"[safe] {message}", file=sys.stderr, flush=True)
 
 
+def with_shipped_tasks(argv: Sequence[str]) -> list[str]:
+    """`argv` with ``--include_path`` naming our shipped tasks, unless it names a folder already. Every lm-eval
+    subcommand (``run``, ``ls``, ``validate``, or none: lm-eval then inserts ``run``) takes it; a subcommand alone
+    prints its help and is left so."""
+    argv = list(argv)
+    if len(argv) < 2 or any(arg == "--include_path" or arg.startswith("--include_path=") for arg in argv):
+        return argv
+    return [*argv, "--include_path", str(LM_EVAL_TASKS_DIR)]
+
+
 def run_cli(argv: Sequence[str]) -> int:
-    """lm-eval's own command line, unchanged, with ``safe-ensemble`` registered (this module's import)."""
+    """lm-eval's own command line, unchanged but for our shipped tasks (`with_shipped_tasks`), with
+    ``safe-ensemble`` registered (this module's import)."""
     from lm_eval.__main__ import cli_evaluate
 
     saved = sys.argv
-    sys.argv = ["lm-eval", *argv]
+    sys.argv = ["lm-eval", *with_shipped_tasks(argv)]
     try:
         cli_evaluate()
     finally:

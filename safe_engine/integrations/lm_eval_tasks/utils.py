@@ -2,7 +2,7 @@
 
 Datasets load from local JSONL, never a hub: ``--metadata gsm8k_file=PATH`` (or ``math500_file``,
 ``arc_file``) points a task at the real file, in the format it was released in; without it the small
-sample in ``data/`` runs. Our four shipped sets come from ``assets/tasks`` with the bench's own prompts.
+sample in ``data/`` runs. Our four shipped sets are the bench's own (``safe_engine/data/tasks``), with its prompts.
 """
 
 from __future__ import annotations
