@@ -54,6 +54,7 @@ from safe_engine.models.cache import load_models
 from safe_engine.models.loading import LoadOptions
 from safe_engine.models.specs import DEFAULT_MODELS
 from safe_engine.orchestration.comparison import warm_up
+from safe_engine.runtime.batching import model_executor
 from safe_engine.runtime.session import SCHEDULER, ModelSession
 from safe_engine.strategies.decoding import DecodeConfig
 
@@ -68,7 +69,7 @@ class SlotPeak:
     """Samples the KV slots' bytes of every model while a batch size runs."""
 
     def __init__(self, models):
-        self.executors = [SCHEDULER.executor(lm) for lm in models]
+        self.executors = [model_executor(SCHEDULER, lm) for lm in models]
         self.peak, self._stop = 0, threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
 

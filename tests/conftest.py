@@ -19,6 +19,7 @@ import pytest
 from safe_engine.models.cache import load_models
 from safe_engine.models.loading import LoadOptions
 from safe_engine.models.specs import DEFAULT_MODELS
+from safe_engine.runtime.batching import model_executor
 from safe_engine.runtime.session import SCHEDULER
 from safe_engine.strategies import decoding
 
@@ -34,15 +35,15 @@ def out_of_step(config: decoding.DecodeConfig) -> decoding.DecodeConfig:
 def hold_first_pass(models, runs: int, held: threading.Event, ended: threading.Event) -> None:
     """Hold the models' devices until each of the runs queued its first request (or the run under test
     ended), so that the first pass is shared by all; the twins then stay in step."""
-    executors = {SCHEDULER.executor(lm) for lm in models}
+    executors = {model_executor(SCHEDULER, lm) for lm in models}
     with ExitStack() as devices:
         for device in sorted({str(lm.device) for lm in models}):
             devices.enter_context(SCHEDULER.device(device))
         held.set()
         deadline = time.monotonic() + 5
         while not ended.is_set() and time.monotonic() < deadline:
-            with SCHEDULER.changed:
-                if sum(len(e.queue) for e in executors) >= runs:
+            with SCHEDULER.lock:
+                if sum(e.waiting() for e in executors) >= runs:
                     return
             time.sleep(0.001)
 

@@ -1,5 +1,7 @@
 """Union ensembling, sharpening worked by hand, and the consensus rule as a property."""
 
+import gc
+
 import pytest
 import torch
 from hypothesis import assume, given, settings
@@ -7,7 +9,14 @@ from hypothesis import strategies as st
 from tiny_models import unigram_tokenizer
 
 from safe_engine.contract.config import EnsembleConfig
-from safe_engine.decisions.ensemble import ModelView, ensemble, first_subtoken, sharpen_geometric, sharpen_heuristic
+from safe_engine.decisions.ensemble import (
+    ModelView,
+    VocabUnionCache,
+    ensemble,
+    first_subtoken,
+    sharpen_geometric,
+    sharpen_heuristic,
+)
 from safe_engine.models.loading import LoadedModel
 
 WORDS = [" So", " Sofia", " Sol", " Paris", " Rome", " Lima", " Oslo", " Bern"]
@@ -106,6 +115,32 @@ def test_gac_uses_the_full_union(pair):
     assert result.chosen == b" Oslo"
     # Full-vocabulary probabilities, not renormalised over top-k: (0.4 + 0.9) / 2.
     assert result.before[result.keys.index(b" Oslo")].item() == pytest.approx(0.65, abs=1e-3)
+
+
+def test_the_vocabulary_unions_are_few_and_only_for_their_own_models(pair):
+    """The cache keeps the last `size` model tuples; a union is served only to the models it was made for,
+    never to later models that took a freed model's id(); a freed model's entries go."""
+    a, b = pair
+    cache = VocabUnionCache(size=2)
+    keys, _ = cache.get((a, b))
+    assert cache.get((a, b))[0] is keys and cache.get((b, a))[0] is not keys and len(cache) == 2
+    c = tokenizer_only(unigram_tokenizer(WORDS[:3]), "c")
+    cache.get((a, c))
+    assert len(cache) == 2 and cache.get((a, b))[0] is not keys  # (a, b) had gone: the least recently used
+    cache.get((a, c))
+    freed = id(c)
+    del c
+    gc.collect()
+    other = unigram_tokenizer([" Quito", " Lima"])
+    held = []  # models at other addresses stay alive, so the next one cannot take theirs
+    for _ in range(2000):
+        d = tokenizer_only(other, "d")
+        if id(d) == freed:
+            break
+        held.append(d)
+    union, _ = cache.get((a, d))
+    assert b" Quito" in union and b" Sofia" in union  # d's own union, whether or not it took c's id
+    assert len(cache) == 2  # (a, c) went with c
 
 
 probabilities = st.lists(st.floats(0.01, 1.0), min_size=len(WORDS), max_size=len(WORDS))

@@ -16,7 +16,7 @@ from safe_engine.contract.errors import ConfigError
 from safe_engine.contract.events import EnsemblePoint, PositionVerified, RunFinished, TextCommitted
 from safe_engine.models.loading import load_model
 from safe_engine.run.participant import Participant
-from safe_engine.runtime.batching import ActiveRun, Scheduler
+from safe_engine.runtime.scheduler import ActiveRun, Scheduler
 from safe_engine.runtime.session import ModelSession
 from safe_engine.strategies import overlap
 from safe_engine.strategies.decoding import decode
@@ -144,11 +144,11 @@ def test_a_run_is_busy_while_any_of_its_threads_computes():
     run = ActiveRun(scheduler)
     scheduler.set_busy(run, True)  # its driver computes
     with run.waiting():  # the driver waits on its helpers
-        assert run not in scheduler.busy
+        assert not scheduler.is_busy(run)
         with run.helper():
-            assert run in scheduler.busy
-        assert run not in scheduler.busy
-    assert run in scheduler.busy and run.computing == 1
+            assert scheduler.is_busy(run)
+        assert not scheduler.is_busy(run)
+    assert scheduler.is_busy(run) and scheduler.threads_computing(run) == 1
 
 
 @pytest.mark.real_models

@@ -63,7 +63,7 @@ def test_a_rollback_only_shortens_the_slot(tiny):
     session = ModelSession(tiny)
     ids = list(range(3, 23))
     session.next_token_logits(ids, [len(ids)])
-    slot = session._slot
+    slot = session.slot
     assert slot.length == 20
     edited = ids[:12] + [5, 6]
     got = session.next_token_logits(edited, [len(edited)])

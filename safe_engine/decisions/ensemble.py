@@ -7,6 +7,9 @@ ensemble before sharpening and, when sharpening ran, after it — the UI shows a
 
 from __future__ import annotations
 
+import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -99,7 +102,7 @@ def gac_union(views: Sequence[ModelView], config: EnsembleConfig) -> tuple[list[
     The table keeps the strings that matter (each model's top-k and the ensemble's own top-k); the
     argmax is taken over the full union before trimming.
     """
-    union_keys, targets = _vocab_union(tuple(view.lm for view in views))
+    union_keys, targets = VOCAB_UNIONS.get(tuple(view.lm for view in views))
     full = torch.zeros(len(views), len(union_keys))
     for row, view, target in zip(full, views, targets):
         n = min(len(target), len(view.logits))  # model heads may be padded past the tokenizer
@@ -112,20 +115,55 @@ def gac_union(views: Sequence[ModelView], config: EnsembleConfig) -> tuple[list[
     return [union_keys[i] for i in order], full[:, order]
 
 
-_UNIONS: dict[tuple[int, ...], tuple[tuple[LoadedModel, ...], list[Key], list[torch.Tensor]]] = {}
+class VocabUnionCache:
+    """The vocabulary unions of the last few model tuples (`size`), held only while their models live.
+
+    An entry is keyed by the models' id()s and keeps weak references to them: it is served only to the very
+    same models (a tuple of later models that reuse freed ids is computed afresh) and is dropped once one of
+    its models is gone, at the next look-up; the least recently used goes past `size`."""
+
+    def __init__(self, size: int = 4):
+        self.size = size
+        self._entries: OrderedDict[tuple[int, ...], tuple[tuple[weakref.ref, ...], list[Key], list[torch.Tensor]]]
+        self._entries = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, lms: tuple[LoadedModel, ...]) -> tuple[list[Key], list[torch.Tensor]]:
+        """The union of the models' vocabularies by string, and each vocabulary id's place in it."""
+        key = tuple(id(lm) for lm in lms)
+        with self._lock:
+            for k in [k for k, (refs, _, _) in self._entries.items() if any(ref() is None for ref in refs)]:
+                del self._entries[k]  # one of its models was freed: its ids may come back on other models
+            entry = self._entries.get(key)
+            if entry is not None and all(ref() is lm for ref, lm in zip(entry[0], lms)):
+                self._entries.move_to_end(key)
+                return entry[1], entry[2]
+        keys, targets = _union_of(lms)
+        try:
+            refs = tuple(weakref.ref(lm) for lm in lms)
+        except TypeError:  # a model object that takes no weak reference: not cached
+            return keys, targets
+        with self._lock:
+            self._entries[key] = (refs, keys, targets)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+        return keys, targets
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
 
 
-def _vocab_union(lms: tuple[LoadedModel, ...]) -> tuple[list[Key], list[torch.Tensor]]:
-    """The union of the models' vocabularies by string, and each vocabulary id's place in it (cached)."""
-    cache_key = tuple(id(lm) for lm in lms)
-    if cache_key not in _UNIONS:
-        index: dict[Key, int] = {}
-        targets = [
-            torch.tensor([index.setdefault(lm.key_of(i), len(index)) for i in range(len(lm.vocab))]) for lm in lms
-        ]
-        _UNIONS[cache_key] = (lms, list(index), targets)
-    _, keys, targets = _UNIONS[cache_key]
-    return keys, targets
+def _union_of(lms: tuple[LoadedModel, ...]) -> tuple[list[Key], list[torch.Tensor]]:
+    """The union of the models' vocabularies by string, and each vocabulary id's place in it."""
+    index: dict[Key, int] = {}
+    targets = [torch.tensor([index.setdefault(lm.key_of(i), len(index)) for i in range(len(lm.vocab))]) for lm in lms]
+    return list(index), targets
+
+
+VOCAB_UNIONS = VocabUnionCache()
+"""The unions `gac_union` reads: GaC maps every model's full distribution onto its models' union."""
 
 
 def sharpen_heuristic(keys: Sequence[Key], probs: torch.Tensor, anchors: Sequence[Key], lam: float) -> torch.Tensor:

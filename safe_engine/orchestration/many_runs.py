@@ -10,11 +10,15 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
+from typing import TYPE_CHECKING
 
 from ..contract.config import DecodeConfig
 from ..contract.events import Event
 from ..models.loading import LoadedModel
 from ..strategies.decoding import decode
+
+if TYPE_CHECKING:
+    from ..runtime.scheduler import Scheduler
 
 _END = object()
 
@@ -75,16 +79,20 @@ class RunHandle:
 
 
 def decode_many(
-    models: Sequence[LoadedModel], requests: Sequence[DecodeRequest], max_parallel: int = 8
+    models: Sequence[LoadedModel],
+    requests: Sequence[DecodeRequest],
+    max_parallel: int = 8,
+    scheduler: Scheduler | None = None,
 ) -> list[RunHandle]:
     """Start every request (at most `max_parallel` decoding at a time; the next joins when one ends)
     and return one handle per request, in order. Each run gives the tokens it gives alone, except
-    where float differences between batch shapes flip a near-tie."""
+    where float differences between batch shapes flip a near-tie. `scheduler`: the one the runs share
+    (the process's unless given another)."""
     handles = [RunHandle(i, request) for i, request in enumerate(requests)]
     pool = ThreadPoolExecutor(max_workers=max(1, max_parallel), thread_name_prefix="decode-many")
     for handle in handles:
         r = handle.request
-        pool.submit(handle._run, partial(decode, r.models or models, r.prompt, r.config, handle.stop))
+        pool.submit(handle._run, partial(decode, r.models or models, r.prompt, r.config, handle.stop, scheduler))
     pool.shutdown(wait=False)
     return handles
 
@@ -94,13 +102,14 @@ def decode_ahead(
     prompt: str,
     config: DecodeConfig = DecodeConfig(),
     cancel: threading.Event | None = None,
+    scheduler: Scheduler | None = None,
 ) -> Iterator[Event]:
     """`decode()` whose events are made in a thread of their own and queued as they come, so a consumer that
     is slow between events (a page rendering and sending an update) stalls neither this run nor the passes
     it shares with others. Bad input raises here, as with `decode`; closing the iterator before the end
     cancels the run."""
     handle = RunHandle(0, DecodeRequest(prompt, config), cancel)
-    events = decode(models, prompt, config, handle.stop)
+    events = decode(models, prompt, config, handle.stop, scheduler)
     threading.Thread(target=handle._run, args=(lambda: events,), name="decode-ahead", daemon=True).start()
     return _cancelled_on_close(handle)
 

@@ -5,11 +5,12 @@ cached prefix of `ids` (a rollback only shortens the run's slot), feeds only the
 the LM head only at the positions asked for. Logits already computed for a cached prefix are returned
 from memory, so a drafted token that survives a round is never recomputed.
 
-The feeding goes through the model's batching executor (`batching.py`): whatever other runs wait on
-the same model at the same moment share the pass, each with its own slot (`kv_slots.py`); a run alone
-is a pass of one. Close a session (or use it as a context manager) to hand its slot back: a later run
-whose prompt starts with the same tokens (a chat template's system turn, a benchmark's instructions,
-few-shot examples) adopts that slot and feeds only the rest.
+The feeding goes through the model's batching executor (`batching.py`), as the session's scheduler
+(`scheduler.py`) decides: whatever other runs wait on the same model at the same moment share the pass,
+each with its own slot (`kv_slots.py`); a run alone is a pass of one. Close a session (or use it as a
+context manager) to hand its slot back: a later run whose prompt starts with the same tokens (a chat
+template's system turn, a benchmark's instructions, few-shot examples) adopts that slot and feeds only
+the rest.
 """
 
 from __future__ import annotations
@@ -20,19 +21,20 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .batching import ActiveRun, Request, Scheduler
+from .batching import model_executor
 from .kv_slots import KVSlot, common_prefix
+from .scheduler import SCHEDULER, ActiveRun, Request, Scheduler
 
 if TYPE_CHECKING:  # the runtime serves loaded models; it never loads one
     from ..models.loading import LoadedModel
 
-SCHEDULER = Scheduler()
-"""The process's batching state: every session in the process shares its executors."""
+__all__ = ["SCHEDULER", "ForwardStats", "ModelSession", "runs_sharing"]
 
 
-def runs_sharing(models: Sequence[LoadedModel]) -> int:
-    """How many runs in this process hold these models right now, i.e. share their forward passes."""
-    return SCHEDULER.runs_on(models)
+def runs_sharing(models: Sequence[LoadedModel], scheduler: Scheduler | None = None) -> int:
+    """How many runs hold these models right now, i.e. share their forward passes (on the process's
+    scheduler unless given another)."""
+    return (SCHEDULER if scheduler is None else scheduler).runs_on([lm.model for lm in models])
 
 
 @dataclass
@@ -52,17 +54,32 @@ class ForwardStats:
 
 
 class ModelSession:
-    def __init__(self, lm: LoadedModel):
+    """One model in one run. `scheduler`: the one whose passes it joins; by default the scheduler of the run
+    opening it (`ActiveRun.opening`), else the process's. Opened while a run on that scheduler is current, it
+    belongs to that run; otherwise to a run of its own that never holds up anyone's pass."""
+
+    def __init__(self, lm: LoadedModel, scheduler: Scheduler | None = None):
+        run = ActiveRun.current()
+        if scheduler is None:
+            scheduler = SCHEDULER if run is None else run.scheduler
+        if run is None or run.scheduler is not scheduler:
+            run = ActiveRun(scheduler)
         self.lm = lm
         self.cached_ids: list[int] = []
         self.stats = ForwardStats()
         self._memo: dict[int, torch.Tensor] = {}  # start index -> logits (fp32, CPU)
-        self.executor = SCHEDULER.executor(lm)
+        self.scheduler = scheduler
+        self.executor = model_executor(scheduler, lm)
         self._slot: KVSlot | None = None  # taken at the first feed, when the prompt is known
         self._closed = False
-        self._run = ActiveRun.current(SCHEDULER)
+        self._run = run
         self._run.attach(self)
         self._vocab_size = getattr(getattr(lm.model, "config", None), "vocab_size", None)
+
+    @property
+    def slot(self) -> KVSlot | None:
+        """The run's KV slot on this model: taken at the first feed, handed back at `close`."""
+        return self._slot
 
     def __enter__(self) -> ModelSession:
         return self
@@ -111,7 +128,7 @@ class ModelSession:
         if self._vocab_size and not all(0 <= i < self._vocab_size for i in chunk):
             raise ValueError(f"a token id outside {self.lm.name}'s vocabulary of {self._vocab_size}")
         request = Request(self._run, self._slot, feed_from, chunk, [t - 1 - feed_from for t in wanted])
-        self.executor.compute(request)
+        self.scheduler.answer(self.executor, request)
         self.stats.passes += 1
         self.stats.positions += len(chunk)
         self.stats.seconds += request.seconds

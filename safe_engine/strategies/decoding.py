@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from ..contract.config import MAX_NEW_TOKENS, PER_TOKEN_COMMITS, SAFE_MODES, STRATEGIES, DecodeConfig
 from ..contract.events import Event
@@ -19,10 +20,12 @@ from ..contract.reasons import Decision
 from ..models.loading import LoadedModel
 from ..run.piece import Piece
 from ..run.state import Run
-from ..runtime.batching import ActiveRun
-from ..runtime.session import SCHEDULER
+from ..runtime.scheduler import ActiveRun
 from .per_token import per_token_step
 from .safe import safe_round
+
+if TYPE_CHECKING:
+    from ..runtime.scheduler import Scheduler
 
 __all__ = ["MAX_NEW_TOKENS", "PER_TOKEN_COMMITS", "SAFE_MODES", "STRATEGIES", "DecodeConfig", "decode"]
 
@@ -66,12 +69,14 @@ def decode(
     prompt: str,
     config: DecodeConfig = DecodeConfig(),
     cancel: threading.Event | None = None,
+    scheduler: Scheduler | None = None,
 ) -> Iterator[Event]:
     """Run one strategy; yields events as they happen. Setting `cancel` (4th argument) ends the run at the
     next check, with stop_reason "stopped" (`StopReason.CANCELLED`). Raises SafeEngineError subclasses on
-    bad input (checked here, before the first event). Runs decoding at the same time share forward passes
-    (`runtime.py`); the run's KV slots are handed back when its events end or the iterator is closed."""
-    active = ActiveRun(SCHEDULER)
+    bad input (checked here, before the first event). Runs decoding at the same time on one scheduler (the
+    process's unless given another) share forward passes (`runtime/scheduler.py`); the run's KV slots are
+    handed back when its events end or the iterator is closed."""
+    active = ActiveRun(scheduler)
     with active.opening():
         run = Run(models, prompt, config, cancel)
     return active.drive(_events(run))

@@ -26,8 +26,7 @@ from typing import TypeVar
 
 from ..decisions.sampling import Sampler
 from ..run.state import Draft, Run, draft_after
-from ..runtime.batching import ActiveRun
-from ..runtime.session import SCHEDULER
+from ..runtime.scheduler import ActiveRun
 
 T = TypeVar("T")
 
@@ -50,11 +49,16 @@ def each(run: Run, jobs: Sequence[Callable[[], T]]) -> list[T]:
     """The jobs' results in order: at once, one thread each, when the run overlaps; else one after another."""
     if len(jobs) < 2 or not wanted(run):
         return [job() for job in jobs]
-    active = ActiveRun.current(SCHEDULER)
+    active = _active()
     with ThreadPoolExecutor(len(jobs), thread_name_prefix="safe-verify") as pool:
         futures = [pool.submit(_helping, active, job) for job in jobs]
         with active.waiting():
             return [future.result() for future in futures]
+
+
+def _active() -> ActiveRun:
+    """The run this thread drives; a run of no session (whose helpers hold up no pass) when there is none."""
+    return ActiveRun.current() or ActiveRun()
 
 
 def _helping(active: ActiveRun, job: Callable[[], T]) -> T:
@@ -71,7 +75,7 @@ def drafting_ahead(run: Run, draft: Draft) -> Iterator[None]:
         return
     base = run.response.ids + draft.ids
     stop, failed = threading.Event(), []
-    active = ActiveRun.current(SCHEDULER)
+    active = _active()
     greedy = Sampler()  # argmaxes: no random number is drawn ahead
 
     def work() -> None:
