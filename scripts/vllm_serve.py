@@ -19,9 +19,10 @@ import sys
 import time
 import urllib.request
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
-VLLM_PYTHON = os.environ.get("VLLM_PYTHON", "/opt/vllm-venv/bin/python")
+VLLM_PYTHON = os.environ.get("VLLM_PYTHON", os.environ.get("VLLM_VENV", "/opt/vllm-venv") + "/bin/python")
 READY_TIMEOUT_S = 600
 
 
@@ -37,16 +38,27 @@ def command(folder: Path, name: str, port: int) -> list[str]:
     ]  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Server:
+    url: str  # the OpenAI API root, http://127.0.0.1:PORT/v1
+    process: subprocess.Popen  # the API server, leading a process group of its own (the engine process too)
+
+    def kill(self) -> None:
+        """End it at once, as a crash would (the fault tests)."""
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+
+
 @contextmanager
 def serving(models: dict[str, int], log_dir: Path | None = None):
     """Start one vLLM server per embedded model (name -> port), wait until each lists its model, yield
-    {name: base URL}, and stop them all (their process groups) on the way out."""
+    {name: Server}, and stop them all (their process groups) on the way out."""
     from safe_engine.models.embedded import ensure_converted
 
     if not Path(VLLM_PYTHON).is_file():
         raise SystemExit(f"no vLLM at {VLLM_PYTHON}: run scripts/setup.sh --tests or set VLLM_PYTHON")
     env = os.environ | {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
-    servers, urls = [], {}
+    servers, started = [], {}
     try:
         for model, port in models.items():
             folder = ensure_converted(model)
@@ -56,10 +68,10 @@ def serving(models: dict[str, int], log_dir: Path | None = None):
                 start_new_session=True,
             )  # fmt: skip
             servers.append((process, log))
-            urls[model] = f"http://127.0.0.1:{port}/v1"
-        for (process, log), url in zip(servers, urls.values()):
-            wait_ready(process, url, log.name)
-        yield urls
+            started[model] = Server(f"http://127.0.0.1:{port}/v1", process)
+        for (process, log), server in zip(servers, started.values()):
+            wait_ready(process, server.url, log.name)
+        yield started
     finally:
         for process, log in servers:
             stop(process)
@@ -96,9 +108,9 @@ def main(argv: list[str]) -> int:
     if not models:
         print(__doc__)
         return 2
-    with serving(models) as urls:
-        for model, url in urls.items():
-            print(f"openai:{url}#{served_name(model)}", flush=True)
+    with serving(models) as servers:
+        for model, server in servers.items():
+            print(f"openai:{server.url}#{served_name(model)}", flush=True)
         try:
             signal.pause()
         except KeyboardInterrupt:
