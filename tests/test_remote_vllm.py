@@ -60,6 +60,13 @@ def test_a_served_drafter_commits_the_tokens_of_the_in_process_run(strategy, rem
     assert committed([remote_gemma, smollm], config=config) == local and len(local) == 32
 
 
+def test_a_served_verifier_scores_as_the_in_process_one(remote_gemma, gemma, smollm):
+    """SmolLM2 drafts, the served Gemma verifies: its scores come from prompt_logprobs."""
+    config = replace(CONFIG, strategy="safe")
+    local = committed([smollm, gemma], config=config)
+    assert committed([smollm, remote_gemma], config=config) == local and len(local) == 32
+
+
 def test_the_cli_runs_a_served_model_beside_a_local_one(server, gemma, smollm):
     models = [f"openai:{server.url}#gemma", "embedded:smollm2-135m-instruct"]
     argv = ["generate", "--models", *models, "--max-new-tokens", "16", "--json", PROMPT]
