@@ -17,6 +17,7 @@ import pytest
 
 from safe_engine.contract.events import TextCommitted
 from safe_engine.models.loading import load_model
+from safe_engine.orchestration.comparison import summarize
 from safe_engine.remote.http_client import RemoteError
 from safe_engine.strategies.decoding import DecodeConfig, decode
 from scripts.vllm_serve import serving
@@ -69,11 +70,11 @@ def test_a_served_verifier_scores_as_the_in_process_one(remote_gemma, gemma, smo
 
 def test_the_cli_runs_a_served_model_beside_a_local_one(server, gemma, smollm):
     models = [f"openai:{server.url}#gemma", "embedded:smollm2-135m-instruct"]
-    argv = ["generate", "--models", *models, "--max-new-tokens", "16", "--json", PROMPT]
+    argv = ["generate", "--models", *models, "--max-new-tokens", "16", "--json", "--prompt", PROMPT]
     out = subprocess.run([sys.executable, "-m", "safe_engine", *argv], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    local = committed([gemma, smollm], config=replace(CONFIG, max_new_tokens=16))
-    assert json.loads(out.stdout)["text"] == gemma.tokenizer.decode(local)
+    local = summarize(list(decode([gemma, smollm], PROMPT, replace(CONFIG, max_new_tokens=16))))
+    assert json.loads(out.stdout)["text"] == local["text"]
 
 
 def test_a_seed_reproduces_a_sampled_run_over_the_server(remote_gemma, smollm):
@@ -105,8 +106,8 @@ def test_the_app_runs_a_served_pair_like_a_local_one(server, remote_gemma, smoll
     events = [json.loads(line) for line in Path(download["value"]).read_text(encoding="utf-8").splitlines()]
     started = next(e for e in events if e["kind"] == "run_started")
     assert started["models"][0]["placement"] == "openai"
-    expected = committed([remote_gemma, smollm], config=replace(CONFIG, max_new_tokens=16))
-    assert [e for e in events if e["kind"] == "run_finished"][-1]["text"] == remote_gemma.tokenizer.decode(expected)
+    expected = summarize(list(decode([remote_gemma, smollm], PROMPT, replace(CONFIG, max_new_tokens=16))))
+    assert [e for e in events if e["kind"] == "run_finished"][-1]["text"] == expected["text"]
 
 
 def test_a_server_killed_mid_run_fails_that_run_and_a_local_run_goes_on(server, remote_gemma, smollm, monkeypatch):
