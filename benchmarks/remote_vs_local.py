@@ -76,6 +76,8 @@ def measure(url: str, max_new_tokens: int) -> dict:
                 rows += 1
             else:
                 differences.append(explain(gemma, remote, prompt, local, served, decisions))
+            same = "same" if local == served else f"DIFFERS {differences[-1]}"
+            print(strategy, f"{local_s:.1f} s in process, {remote_s:.1f} s remote:", same, flush=True)
         report["strategies"][strategy] = {
             "identical": rows,
             "prompts": len(KEPT + HARD),
