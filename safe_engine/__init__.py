@@ -18,7 +18,10 @@ The library in a few names (docs/architecture.md has the layers behind them)::
   `ModelLoadError`).
 """
 
-from . import distributed  # noqa: F401 -- registers the ``ray:`` model spec (Ray itself loads only when an actor starts)
+from . import (
+    distributed,  # noqa: F401 -- registers the ``ray:`` model spec (Ray itself loads only when an actor starts)
+    remote,  # noqa: F401 -- registers the ``openai:`` model spec (a model behind an OpenAI-compatible server)
+)
 from .contract.config import DecodeConfig, EnsembleConfig
 from .contract.errors import ConfigError, ModelLoadError, ModelSpecError, SafeEngineError
 from .models.cache import load_models

