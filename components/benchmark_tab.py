@@ -29,11 +29,12 @@ from safe_engine.bench import (
 from safe_engine.bench.report import REPORT, SUMMARY, report_figures, summary_table, write_report
 from safe_engine.contract.errors import ConfigError, SafeEngineError
 from safe_engine.models.specs import resolve_spec
+from safe_engine.pages import charts
+from safe_engine.pages.transcript import status_html
 from safe_engine.strategies.decoding import DecodeConfig
 
-from . import charts, settings
+from . import settings
 from .run_stream import MODELS_QUEUE, Runner, problem
-from .transcript import status_html
 
 STRATEGIES = ("singles", "single", "per-token", "safe")
 FIGURES = {

@@ -13,14 +13,15 @@ import gradio as gr
 import pandas as pd
 
 from safe_engine.orchestration.comparison import ratios, run_comparison, summarize
+from safe_engine.pages import charts
+from safe_engine.pages.text import esc
+from safe_engine.pages.transcript import compare_html, degeneration_text, legend_html, status_html
+from safe_engine.pages.view import RunView, save_trace
 from safe_engine.run.damage import degenerate
 from safe_engine.strategies.decoding import DecodeConfig
 
-from . import charts, settings
+from . import settings
 from .run_stream import MODELS_QUEUE, Runner
-from .text import esc
-from .transcript import compare_html, degeneration_text, legend_html, status_html
-from .view import RunView, save_trace
 
 DEFAULTS = DecodeConfig()
 EXPLANATION = f"""

@@ -6,13 +6,13 @@ import gradio as gr
 
 from safe_engine.contract.config import METHODS, SHARPENING
 from safe_engine.orchestration.many_runs import decode_ahead
+from safe_engine.pages.transcript import status_html
+from safe_engine.pages.view import RunView, save_trace
 from safe_engine.strategies.decoding import PER_TOKEN_COMMITS, SAFE_MODES, DecodeConfig
 
 from . import settings
 from .panel import RunPanel
 from .run_stream import MODELS_QUEUE, Runner, sharing_html
-from .transcript import status_html
-from .view import RunView, save_trace
 from .whatif import Origin, WhatIf
 
 READY = (

@@ -9,12 +9,12 @@ import gradio as gr
 
 from safe_engine.analysis.tokdiff import load_vocabs, pair_view
 from safe_engine.contract.errors import SafeEngineError
+from safe_engine.pages import charts
+from safe_engine.pages.text import esc, quoted
+from safe_engine.pages.transcript import details_html, legend_html, metrics_html, transcript_html
+from safe_engine.pages.view import RunView
 
-from . import charts
-from .text import esc, quoted
 from .tokenizer_view import pair_view_html
-from .transcript import details_html, legend_html, metrics_html, transcript_html
-from .view import RunView
 
 CONTEXT_CHARS = 200  # the pinned OOV-like token's words shown on the tokenizers' ruler
 

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import gradio as gr
 
-from . import charts
+from safe_engine.pages import charts
+from safe_engine.pages.text import esc
+from safe_engine.pages.transcript import status_html
+from safe_engine.pages.view import RunView, TraceError, read_trace, split_runs
+
 from .panel import RunPanel
-from .text import esc
-from .transcript import status_html
-from .view import RunView, TraceError, read_trace, split_runs
 
 MANIFEST = "index.json"
 ALONE = -1  # the "beside it" choice that shows one run

@@ -15,11 +15,11 @@ import gradio as gr
 
 from safe_engine.contract.errors import SafeEngineError
 from safe_engine.models.loading import LoadedModel
+from safe_engine.pages.transcript import status_html
 from safe_engine.runtime.session import runs_sharing
 
 from .pool import ModelPool
 from .stops import Stops
-from .transcript import status_html
 
 log = logging.getLogger("safe_studio")
 CHART_INTERVAL_S = 2.0  # Plotly figures are the costly part of every update (serialised, sent, remounted)

@@ -15,8 +15,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from safe_engine.analysis.tokdiff import CorpusScan, PairView, ProbeResult, Token, WordAgreement, direction, visible
-
-from .text import esc, plot_label
+from safe_engine.pages.text import esc, plot_label
 
 COLUMNS = 64  # characters per ruler line
 MAX_CHARS = 4000  # longer texts: the view shows their start (the corpus scan covers all of it)

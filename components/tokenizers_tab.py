@@ -11,12 +11,12 @@ import gradio as gr
 
 from safe_engine.analysis.tokdiff import corpus_scan, load_vocabs, pair_view, vocab_overlap, word_agreement
 from safe_engine.contract.errors import ConfigError, SafeEngineError
+from safe_engine.pages import charts
+from safe_engine.pages.transcript import status_html
 
-from . import charts
 from .run_stream import problem
 from .settings import MAX_PROMPT_CHARS, parse_specs
 from .tokenizer_view import corpus_frame, corpus_html, pair_view_html, rates_frame, stats_html, token_length_figure
-from .transcript import status_html
 
 MAX_CORPUS_CHARS = 500_000  # a scan of this many characters takes a few seconds on 2 CPU cores
 NOT_SHOWN = '<p class="empty-state">Each model\'s tokens of the text, on one character ruler, appear here.</p>'

@@ -11,15 +11,15 @@ import gradio as gr
 
 from safe_engine.contract.errors import ConfigError
 from safe_engine.orchestration.many_runs import decode_ahead
+from safe_engine.pages import charts
+from safe_engine.pages.text import esc, quoted
+from safe_engine.pages.transcript import status_html, transcript_html
+from safe_engine.pages.view import RunView, first_difference, save_trace
 from safe_engine.strategies.decoding import DecodeConfig
 from safe_engine.tokenization.alignment import EOS_KEY
 
-from . import charts
 from .panel import RunPanel
 from .run_stream import MODELS_QUEUE, Runner
-from .text import esc, quoted
-from .transcript import status_html, transcript_html
-from .view import RunView, first_difference, save_trace
 
 HINT = "<b>What-if:</b> once a run has finished, pin one of its tokens to commit another text in its place."
 CANDIDATES = 10  # the most offered, highest p first

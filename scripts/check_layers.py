@@ -27,6 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (  # bottom first; a module belongs to the
     ("safe_engine.strategies",),
     ("safe_engine.orchestration",),
     ("safe_engine.analysis", "safe_engine.bench"),
+    ("safe_engine.pages",),  # the HTML renderers the app, the CLI, pages and notebooks share
     ("safe_engine.distributed", "safe_engine.remote"),
     ("safe_engine.options",),
     ("safe_engine.integrations",),

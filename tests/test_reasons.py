@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from components.transcript import EXPLAINED, why
-from components.view import RunView, TokenView
 from safe_engine.contract.reasons import Decision, Reason, StopReason
+from safe_engine.pages.transcript import EXPLAINED, why
+from safe_engine.pages.view import RunView, TokenView
 
 ROOT = Path(__file__).resolve().parents[1]
 DECISION_OF = {

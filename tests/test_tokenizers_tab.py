@@ -13,10 +13,10 @@ from tiny_models import unigram_tokenizer
 from components.panel import tokenizations_html
 from components.tokenizer_view import corpus_html
 from components.tokenizers_tab import MAX_CORPUS_CHARS, TokenizersTab, corpus_text
-from components.view import RunView, read_trace
 from safe_engine.analysis.tokdiff import corpus_scan, load_vocabs, pair_view, vocab_overlap, word_agreement
 from safe_engine.contract.errors import ConfigError
 from safe_engine.data import TRACES_DIR
+from safe_engine.pages.view import RunView, read_trace
 from safe_engine.tokenization.alignment import TokenBytes
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,12 +9,10 @@ import pytest
 from test_ui_render import EVIL
 from tiny_models import char_tokenizer, tiny_model, unigram_tokenizer
 
-from components import charts, studio
+from components import studio
 from components.compare_tab import EXPLANATION, measured_html, metrics_frame
 from components.live_tab import READY
 from components.replay_tab import caption_html, shipped_traces
-from components.transcript import details_html, metrics_html
-from components.view import RunView, read_trace, split_runs
 from safe_engine.contract.events import (
     EVENT_TYPES,
     CommittedToken,
@@ -25,6 +23,9 @@ from safe_engine.contract.events import (
 )
 from safe_engine.data import TRACES_DIR as TRACES
 from safe_engine.orchestration.comparison import summarize
+from safe_engine.pages import charts
+from safe_engine.pages.transcript import details_html, metrics_html
+from safe_engine.pages.view import RunView, read_trace, split_runs
 from safe_engine.run.damage import degenerate
 from safe_engine.strategies.decoding import DecodeConfig, decode
 

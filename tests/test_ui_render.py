@@ -5,19 +5,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 import pytest
 
-from components import charts
 from components.settings import MAX_NEW_TOKENS, RunSettings, build, parse_specs
-from components.text import plot_label
-from components.transcript import (
-    LEGEND,
-    compare_html,
-    details_html,
-    legend_html,
-    metrics_html,
-    status_html,
-    transcript_html,
-)
-from components.view import RunView, TraceError, read_trace, save_trace, split_runs
 from safe_engine.contract.errors import ConfigError, ModelSpecError
 from safe_engine.contract.events import (
     Candidate,
@@ -33,6 +21,18 @@ from safe_engine.contract.events import (
     VerifierView,
 )
 from safe_engine.data import TRACES_DIR
+from safe_engine.pages import charts
+from safe_engine.pages.text import plot_label
+from safe_engine.pages.transcript import (
+    LEGEND,
+    compare_html,
+    details_html,
+    legend_html,
+    metrics_html,
+    status_html,
+    transcript_html,
+)
+from safe_engine.pages.view import RunView, TraceError, read_trace, save_trace, split_runs
 
 TRACES = sorted(TRACES_DIR.glob("*.jsonl"))
 EVIL = "<script>alert(1)</script>"
@@ -387,8 +387,8 @@ def test_every_new_decision_reason_renders_and_explains_itself():
     from scripted_models import scripted
     from test_rules import ACCENT, GATE_DRAFTER, GATE_VERIFIER, INCORRECT_DRAFTER, INCORRECT_VERIFIER, P
 
-    from components.transcript import why
     from safe_engine.contract.config import EnsembleConfig
+    from safe_engine.pages.transcript import why
     from safe_engine.strategies.decoding import DecodeConfig, decode
 
     inc = scripted("a", ["Inc", "orr", "ect", "!", "?"], INCORRECT_DRAFTER, P)
@@ -418,7 +418,7 @@ def test_every_new_decision_reason_renders_and_explains_itself():
 
 
 def test_a_kl_the_budget_skipped_is_not_shown_as_a_canonical_context():
-    from components.transcript import _kl_cell
+    from safe_engine.pages.transcript import _kl_cell
 
     assert _kl_cell({"kl": 0.25, "kl_eligible": True}) == "0.250 nats"
     assert _kl_cell({"kl": None, "kl_eligible": True}) == "not measured (budget spent)"

@@ -10,9 +10,9 @@ from components.replay_tab import ALONE, ReplayTab, default_pair, shipped_traces
 from components.run_stream import Runner
 from components.settings import FIELDS, Form, RunSettings
 from components.stops import Stops
-from components.view import RunView, read_trace, split_runs
 from safe_engine.contract.errors import ConfigError
 from safe_engine.data import TRACES_DIR as TRACES
+from safe_engine.pages.view import RunView, read_trace, split_runs
 
 
 def test_the_form_needs_one_component_per_setting_and_reads_them_by_name():

@@ -13,10 +13,10 @@ from components.panel import RunPanel
 from components.pool import ModelPool
 from components.run_stream import Runner
 from components.stops import Stops
-from components.transcript import transcript_html
-from components.view import RunView, first_difference
 from components.whatif import CANDIDATES, Origin, WhatIf, branch_config, candidates
 from safe_engine.contract.errors import ConfigError
+from safe_engine.pages.transcript import transcript_html
+from safe_engine.pages.view import RunView, first_difference
 from safe_engine.strategies.decoding import DecodeConfig, decode
 
 PROMPT = "the cat sat on"

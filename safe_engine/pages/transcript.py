@@ -6,9 +6,8 @@ only grows by appending spans, which Gradio streams as "append" diffs.
 
 from __future__ import annotations
 
-from safe_engine.contract.reasons import Decision, Reason
-from safe_engine.run.damage import degenerate
-
+from ..contract.reasons import Decision, Reason
+from ..run.damage import degenerate
 from .text import esc, glyphs, quoted
 from .view import RunView, TokenView
 

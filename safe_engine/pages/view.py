@@ -12,9 +12,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from safe_engine.contract.errors import SafeEngineError
-from safe_engine.contract.events import EVENT_TYPES
-from safe_engine.run.damage import ModelDamage
+from ..contract.errors import SafeEngineError
+from ..contract.events import EVENT_TYPES
+from ..run.damage import ModelDamage
 
 DAMAGE_KEYS = ("non_canonical", "non_canonical_max", "kl_mean", "kl_max", "kl_sampled")  # the drafter's, from stats
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 
-from safe_engine.tokenization.alignment import visible
+from ..tokenization.alignment import visible
 
 
 def esc(text: str) -> str:
