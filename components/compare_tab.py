@@ -10,17 +10,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import gradio as gr
-import pandas as pd
 
-from safe_engine.orchestration.comparison import ratios, run_comparison, summarize
+from safe_engine.orchestration.comparison import run_comparison, summarize
 from safe_engine.pages import charts
-from safe_engine.pages.text import esc
-from safe_engine.pages.transcript import compare_html, degeneration_text, legend_html, status_html
-from safe_engine.pages.view import RunView, save_trace
-from safe_engine.run.damage import degenerate
+from safe_engine.pages.comparison import measured_html, metrics_frame
+from safe_engine.pages.page import comparison_page
+from safe_engine.pages.traces import save_trace
+from safe_engine.pages.transcript import compare_html, legend_html, status_html
+from safe_engine.pages.view import RunView
 from safe_engine.strategies.decoding import DecodeConfig
 
 from . import settings
+from .downloads import page_file
 from .run_stream import MODELS_QUEUE, Runner
 
 DEFAULTS = DecodeConfig()
@@ -80,6 +81,7 @@ class CompareTab:
                     with gr.Row():
                         self.csv = gr.DownloadButton("Metrics (CSV)", interactive=False, elem_id="compare-csv")
                         self.trace = gr.DownloadButton("Traces (JSONL)", interactive=False, elem_id="compare-trace")
+                        self.page = gr.DownloadButton("Download page (HTML)", interactive=False, elem_id="compare-page")
                     gr.Markdown(EXPLANATION)
                 with gr.Column(scale=3):
                     self.status = gr.HTML(
@@ -106,6 +108,7 @@ class CompareTab:
                 self.bars,
                 self.csv,
                 self.trace,
+                self.page,
             ],
             api_name="compare",
             **MODELS_QUEUE,
@@ -127,6 +130,7 @@ class CompareTab:
                 self.measured: NOT_MEASURED,
                 self.csv: gr.DownloadButton(interactive=False),
                 self.trace: gr.DownloadButton(interactive=False),
+                self.page: gr.DownloadButton(interactive=False),
             }
             return _until_stopped(run_comparison(models, prompt, config, flag), flag), first
 
@@ -148,10 +152,12 @@ class CompareTab:
                     "Stopped." if stopped else "Done. Hover a token in any column for what happened to it."
                 )
             events = [e.to_dict() for label_events in runs.values() for e in label_events]
+            page = page_file(comparison_page(runs), "comparison-page")
             return {
                 self.status: outcome,
                 self.grid: compare_html(list(views.values())),
                 self.trace: gr.DownloadButton(value=save_trace(events, "comparison-trace"), interactive=True),
+                self.page: gr.DownloadButton(value=page, interactive=True),
             } | self._results(runs, views, drafter)
 
         def check():
@@ -184,111 +190,3 @@ def _until_stopped(items: Iterator[tuple[str, object]], flag: threading.Event) -
         yield label, event
         if event.kind == "run_finished" and flag.is_set():
             return
-
-
-def metrics_frame(summaries: list[dict], views: dict[str, RunView], drafter: str) -> pd.DataFrame:
-    """One row per finished run; time relative to the drafter alone once that run is in; damage columns
-    empty for runs recorded before the engine measured damage."""
-    relative = ratios(summaries, drafter) if any(s["label"] == f"single:{drafter}" for s in summaries) else {}
-    rows = []
-    for s in summaries:
-        damage = views[s["label"]].damage_summary() or {}
-        degeneration = damage.get("degeneration") or {}
-        kl = damage.get("kl_mean")
-        rows.append(
-            {
-                "run": s["label"],
-                "tokens": s["tokens"],
-                "E/T": round(s["e_t"], 3),
-                "ensembled": s["ensembled"],
-                "replaced": s["replaced"],
-                "OOV-like skips": sum(s["oov_skips"].values()),
-                "OOV-like damage": views[s["label"]].metrics()["damaged"],
-                "consensus skips": sum(s["consensus_skips"].values()),
-                "wall s": round(s["wall_s"], 2),
-                "tokens/s": round(s["tokens_per_s"], 2),
-                "× drafter time": round(relative[s["label"]], 2) if s["label"] in relative else None,
-                "drafter non-canonical": damage.get("non_canonical"),
-                "drafter non-canonical max": damage.get("non_canonical_max"),
-                "KL mean (nats)": None if kl is None else round(kl, 4),
-                "OOV-like predictions": damage.get("oov_like_predictions"),
-                "degenerated": None if not degeneration else ("yes" if degenerate(degeneration) else "no"),
-                "repeated 4-gram rate": _rounded(degeneration.get("repeated_4gram_rate")),
-                "longest token run": degeneration.get("longest_token_run"),
-                "longest line run": degeneration.get("longest_line_run"),
-                "whitespace share": _rounded(degeneration.get("whitespace_share")),
-                "U+FFFD": degeneration.get("replacement_chars"),
-                "stop": s["stop_reason"],
-                "text": s["text"],
-            }
-        )
-    return pd.DataFrame(rows)
-
-
-def _rounded(value: float | None) -> float | None:
-    return None if value is None else round(value, 3)
-
-
-def measured_html(summaries: list[dict], views: dict[str, RunView], drafter: str) -> str:
-    """What this comparison measured, in sentences built from its numbers only (finished runs)."""
-    by = {s["label"]: s for s in summaries}
-    relative = ratios(summaries, drafter) if f"single:{drafter}" in by else {}
-    lines = []
-    for label, name in (("safe", "SAFE"), ("per-token", "Per-token")):
-        if label not in by:
-            continue
-        s = by[label]
-        line = f"<b>{name}</b> ensembled {s['ensembled']} of {s['tokens']} tokens (E/T {s['e_t']:.0%})"
-        if label in relative:
-            base = by[f"single:{drafter}"]["wall_s"]
-            line += (
-                f" and took {relative[label]:.2f}× the wall time of {esc(drafter)} alone"
-                f" ({s['wall_s']:.1f} s vs {base:.1f} s)"
-            )
-        lines.append(line + ".")
-    damage = {label: views[label].damage_summary() for label in ("per-token", "safe") if label in by}
-    if len(damage) == 2 and None not in damage.values():
-        lines += _damage_sentences(damage["per-token"], damage["safe"], drafter)
-    if not lines:
-        return ""
-    items = "".join(f"<li>{line}</li>" for line in lines)
-    return f'<div class="measured"><h3>What this comparison measured</h3><ul>{items}</ul></div>'
-
-
-def _damage_sentences(per_token: dict, safe: dict, drafter: str) -> list[str]:
-    """Per-token's and SAFE's damage side by side, then a verdict worded from how the two compare (count of
-    non-canonical context tokens at the worst point plus OOV-like predictions), never a general claim."""
-
-    def kl(d: dict) -> str:
-        if d["kl_sampled"]:
-            return f"{d['kl_mean']:.3f} nats (mean of {d['kl_sampled']} measured steps, max {d['kl_max']:.3f})"
-        return "none, its context stayed canonical" if d["non_canonical_max"] == 0 else "not measured"
-
-    lines = [
-        f"{esc(drafter)}'s context ended with {per_token['non_canonical']} non-canonical tokens under per-token "
-        f"(at most {per_token['non_canonical_max']}) and {safe['non_canonical']} under SAFE "
-        f"(at most {safe['non_canonical_max']}).",
-        f"Conditioning damage (KL to the canonical context): per-token {kl(per_token)}; SAFE {kl(safe)}.",
-        f"OOV-like predictions: per-token {per_token['oov_like_predictions']}, SAFE {safe['oov_like_predictions']}.",
-    ]
-    if per_token["degeneration"] is not None and safe["degeneration"] is not None:
-        lines.append(
-            f"Degeneration: per-token {esc(degeneration_text(per_token['degeneration']))}; "
-            f"SAFE {esc(degeneration_text(safe['degeneration']))}."
-        )
-    hurt = {
-        name: d["non_canonical_max"] + d["oov_like_predictions"]
-        for name, d in (("per-token", per_token), ("safe", safe))
-    }
-    if hurt["per-token"] == hurt["safe"] == 0:
-        lines.append(
-            "On this prompt neither ensemble left a non-canonical context or made an OOV-like prediction; "
-            "prompts where the tokenizers cut words differently (rare names, code) are where they can differ."
-        )
-    elif hurt["safe"] == 0:
-        lines.append("Here SAFE avoided the damage per-token ensembling did.")
-    elif hurt["safe"] < hurt["per-token"]:
-        lines.append("Here SAFE left less of this damage than per-token ensembling, but not none.")
-    else:
-        lines.append("Here SAFE was not less damaged than per-token ensembling.")
-    return lines

@@ -6,11 +6,14 @@ import gradio as gr
 
 from safe_engine.contract.config import METHODS, SHARPENING
 from safe_engine.orchestration.many_runs import decode_ahead
+from safe_engine.pages.page import run_page
+from safe_engine.pages.traces import save_trace
 from safe_engine.pages.transcript import status_html
-from safe_engine.pages.view import RunView, save_trace
+from safe_engine.pages.view import RunView
 from safe_engine.strategies.decoding import PER_TOKEN_COMMITS, SAFE_MODES, DecodeConfig
 
 from . import settings
+from .downloads import page_file
 from .panel import RunPanel
 from .run_stream import MODELS_QUEUE, Runner, sharing_html
 from .whatif import Origin, WhatIf
@@ -107,9 +110,11 @@ class LiveTab:
                         seed = gr.Number(
                             None, label="Seed (empty: a fresh one; the run reports it)", precision=0, elem_id="seed"
                         )
-                    self.download = gr.DownloadButton(
-                        "Download trace (JSONL)", interactive=False, elem_id="live-download"
-                    )
+                    with gr.Row():
+                        self.download = gr.DownloadButton(
+                            "Download trace (JSONL)", interactive=False, elem_id="live-download"
+                        )
+                        self.page = gr.DownloadButton("Download page (HTML)", interactive=False, elem_id="live-page")
                 with gr.Column(scale=3):
                     self.status = gr.HTML(status_html(READY), elem_id="live-status")
                     self.sharing = gr.HTML("", elem_id="live-sharing")
@@ -141,7 +146,7 @@ class LiveTab:
         live_run = run.click(
             self.run,
             [self.prompt, *self.form.inputs],
-            [self.status, self.sharing, self.download, *self.panel.outputs, self.whatif.origin],
+            [self.status, self.sharing, self.download, self.page, *self.panel.outputs, self.whatif.origin],
             api_name="generate",
             **MODELS_QUEUE,
         )
@@ -160,6 +165,7 @@ class LiveTab:
             first = {
                 self.status: status_html(f"Running {config.strategy} on {names}…", "busy"),
                 self.download: gr.DownloadButton(interactive=False),
+                self.page: gr.DownloadButton(interactive=False),
             }
             return events, first | self.panel.fresh(view) | {self.whatif.origin: origin}
 
@@ -175,10 +181,12 @@ class LiveTab:
             else:
                 outcome = status_html(f"The run broke off: {broke_off}. The transcript so far is kept.", "error")
             trace = save_trace(view.events, f"{view.label}-trace")
+            page = page_file(run_page(view.events), f"{view.label}-page")
             return {
                 self.status: outcome,
                 self.sharing: sharing_html(loaded),
                 self.download: gr.DownloadButton(value=trace, interactive=True),
+                self.page: gr.DownloadButton(value=page, interactive=True),
             } | self.panel.show(view)
 
         def check():

@@ -4,43 +4,26 @@ side on one slider, by committed tokens, each with its damage line and both on o
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import gradio as gr
 
 from safe_engine.pages import charts
+from safe_engine.pages.page import trace_page
 from safe_engine.pages.text import esc
+from safe_engine.pages.traces import ALONE, TraceError, default_pair, find_trace, read_trace, split_runs
 from safe_engine.pages.transcript import status_html
-from safe_engine.pages.view import RunView, TraceError, read_trace, split_runs
+from safe_engine.pages.view import RunView
 
+from .downloads import page_file
 from .panel import RunPanel
 
-MANIFEST = "index.json"
-ALONE = -1  # the "beside it" choice that shows one run
 READY = "A recorded run: drag the slider to step through it. No model is needed."
 READY_PAIR = "Two runs of one prompt side by side: drag the slider to step through both. No model is needed."
 
 
-def shipped_traces(folder: Path) -> list[tuple[Path, str]]:
-    """(trace, caption) in the order of the folder's index.json (a list of {"file", "caption"}), so the
-    telling traces come first; every .jsonl file, sorted and without captions, when there is no manifest."""
-    manifest = folder / MANIFEST
-    if not manifest.is_file():
-        return [(path, "") for path in sorted(folder.glob("*.jsonl"))]
-    return [(folder / entry["file"], entry["caption"]) for entry in json.loads(manifest.read_text(encoding="utf-8"))]
-
-
 def caption_html(caption: str) -> str:
     return f'<p class="caption">{esc(caption)}</p>' if caption else ""
-
-
-def default_pair(runs: list[list[dict]]) -> tuple[int, int]:
-    """Per-token beside SAFE when the trace holds both (the contrast the app teaches), else its first run alone."""
-    labels = [_label(run) for run in runs]
-    if "per-token" in labels and "safe" in labels:
-        return labels.index("per-token"), labels.index("safe")
-    return 0, ALONE
 
 
 def token_count(events: list[dict]) -> int:
@@ -81,10 +64,15 @@ def _paired(runs: list[list[dict]], index: int, beside: int) -> int:
 
 
 class ReplayTab:
-    def __init__(self, traces: list[tuple[Path, str]]):
+    """`traces` are listed (with their captions) in the picker; `folders` are where a link's ``?trace=NAME`` may
+    find one (`follow_links`)."""
+
+    def __init__(self, traces: list[tuple[Path, str]], folders: list[Path]):
         choices = [(path.stem, str(path)) for path, _ in traces]
         self.captions = {str(path): caption for path, caption in traces}
+        self.folders = folders
         runs = split_runs(read_trace(traces[0][0])) if traces else []
+        source = (traces[0][0].stem, traces[0][1]) if traces else ("", "")
         first, beside = default_pair(runs) if runs else (0, ALONE)
         total, label = steps(runs, first, beside) if runs else (1, "Events replayed")
         views = views_at(runs, first, beside, total) if runs else [RunView()]
@@ -92,7 +80,7 @@ class ReplayTab:
         with gr.Tab("Replay", id="replay"):
             with gr.Row():
                 with gr.Column(scale=1, min_width=300):
-                    shipped = gr.Dropdown(
+                    self.shipped = shipped = gr.Dropdown(
                         choices,
                         value=choices[0][1] if choices else None,
                         label="Recorded trace (embedded pair)",
@@ -100,8 +88,9 @@ class ReplayTab:
                     )
                     self.caption = gr.HTML(caption_html(traces[0][1]) if traces else "", elem_id="replay-caption")
                     upload = gr.File(
-                        label="…or a trace of your own (JSONL, from Download trace or --trace)",
-                        file_types=[".jsonl"],
+                        label="…or a trace of your own (JSONL from Download trace or --trace, or a page from "
+                        "Download page)",
+                        file_types=[".jsonl", ".html"],
                         elem_id="replay-upload",
                     )
                     several = len(runs) > 1
@@ -120,6 +109,12 @@ class ReplayTab:
                         elem_id="replay-run-b",
                     )
                     self.step = gr.Slider(1, max(total, 2), total, step=1, label=label, elem_id="replay-step")
+                    self.page = gr.DownloadButton(
+                        "Download page (HTML)",
+                        value=_page(runs, first, beside, source) if runs else None,
+                        interactive=bool(runs),
+                        elem_id="replay-page",
+                    )
                 with gr.Column(scale=3):
                     self.status = gr.HTML(status_html(READY_PAIR if pair else READY), elem_id="replay-status")
                     with gr.Row():
@@ -136,13 +131,16 @@ class ReplayTab:
                     with gr.Column(visible=not pair) as self.charts_box:
                         self.panel.charts()
             self.runs = gr.State(runs)  # inside the Tab: a stray child of gr.Tabs shows up as a phantom tab
+            self.source = gr.State(source)  # the trace's name and caption, for its page
         shown = [self.status, *self.panel.outputs, *self.other.outputs, self.damage]
-        selected = [self.pick, self.beside, self.step, self.other_box, self.charts_box, *shown]
-        opened = [self.runs, self.caption, *selected]
-        shipped.input(self.open, [shipped], opened, api_visibility="private")
-        upload.upload(self.open, [upload], opened, api_visibility="private")
+        selected = [self.pick, self.beside, self.step, self.other_box, self.charts_box, self.page, *shown]
+        self.opened = [self.runs, self.source, self.caption, *selected]
+        shipped.input(self.open, [shipped], self.opened, api_visibility="private")
+        upload.upload(self.open, [upload], self.opened, api_visibility="private")
         for choice in (self.pick, self.beside):
-            choice.input(self.select, [self.runs, self.pick, self.beside], selected, api_visibility="private")
+            choice.input(
+                self.select, [self.runs, self.pick, self.beside, self.source], selected, api_visibility="private"
+            )
         self.step.input(
             self.at,
             [self.runs, self.pick, self.beside, self.step],
@@ -159,10 +157,12 @@ class ReplayTab:
         except TraceError as exc:
             gr.Warning(str(exc))
             return {self.status: status_html(f"Could not open the trace: {exc}.", "warn")}
-        caption = caption_html(self.captions.get(path, ""))
-        return {self.runs: runs, self.caption: caption} | self.select(runs, *default_pair(runs))
+        caption = self.captions.get(path, "")
+        source = (Path(path).name.removesuffix(".jsonl"), caption)
+        opened = {self.runs: runs, self.source: source, self.caption: caption_html(caption)}
+        return opened | self.select(runs, *default_pair(runs), source)
 
-    def select(self, runs: list[list[dict]], index: int, beside: int) -> dict:
+    def select(self, runs: list[list[dict]], index: int, beside: int, source: tuple[str, str]) -> dict:
         beside = _paired(runs, index, beside)
         total, label = steps(runs, index, beside)
         several = len(runs) > 1
@@ -172,7 +172,24 @@ class ReplayTab:
             self.step: gr.Slider(minimum=1, maximum=max(total, 2), value=total, label=label),
             self.other_box: gr.Column(visible=beside != ALONE),
             self.charts_box: gr.Column(visible=beside == ALONE),
+            self.page: gr.DownloadButton(value=_page(runs, index, beside, source), interactive=True),
         } | self.at(runs, index, beside, total)
+
+    def follow_links(self, demo: gr.Blocks, tabs: gr.Tabs) -> None:
+        """``?trace=NAME`` in the page's address opens that trace (shipped, or in --traces) in this tab."""
+        self.tabs = tabs
+        demo.load(self.open_link, None, [tabs, self.shipped, *self.opened], api_visibility="private")
+
+    def open_link(self, request: gr.Request) -> dict:
+        name = dict(request.query_params).get("trace")
+        if name is None:
+            return {}
+        shown = {self.tabs: gr.Tabs(selected="replay")}
+        try:
+            path = str(find_trace(name, self.folders))
+        except TraceError as exc:
+            return shown | {self.status: status_html(f"Could not open the link's trace: {exc}.", "warn")}
+        return shown | {self.shipped: path} | self.open(path)
 
     def at(self, runs: list[list[dict]], index: int, beside: int, step: int) -> dict:
         beside, step = _paired(runs, index, beside), int(step)
@@ -195,12 +212,16 @@ class ReplayTab:
         )
 
 
-def _label(run: list[dict]) -> str:
-    return RunView.of(run[:1]).label
+def _page(runs: list[list[dict]], index: int, beside: int, source: tuple[str, str]) -> str:
+    """The page of the runs shown, carrying the whole trace (the slider's step is not kept: a page shows runs
+    whole)."""
+    name, caption = source
+    events = [event for run in runs for event in run]
+    return page_file(trace_page(events, name or None, caption, (index, beside)), name or "replay")
 
 
 def _run_choices(runs: list[list[dict]]) -> list[tuple[str, int]]:
-    return [(f"{i + 1}: {_label(run)}", i) for i, run in enumerate(runs)]
+    return [(f"{i + 1}: {RunView.of(run[:1]).label}", i) for i, run in enumerate(runs)]
 
 
 def _beside_choices(runs: list[list[dict]]) -> list[tuple[str, int]]:

@@ -12,12 +12,15 @@ import gradio as gr
 from safe_engine.contract.errors import ConfigError
 from safe_engine.orchestration.many_runs import decode_ahead
 from safe_engine.pages import charts
+from safe_engine.pages.page import branch_page
 from safe_engine.pages.text import esc, quoted
+from safe_engine.pages.traces import save_trace
 from safe_engine.pages.transcript import status_html, transcript_html
-from safe_engine.pages.view import RunView, first_difference, save_trace
+from safe_engine.pages.view import RunView, first_difference
 from safe_engine.strategies.decoding import DecodeConfig
 from safe_engine.tokenization.alignment import EOS_KEY
 
+from .downloads import page_file
 from .panel import RunPanel
 from .run_stream import MODELS_QUEUE, Runner
 
@@ -102,9 +105,11 @@ class WhatIf:
             gr.Markdown("### What-if branch", elem_id="branch-title")
             self.panel = RunPanel("branch", plots=False)
             self.damage = gr.Plot(charts.damage([]), show_label=False, elem_id="branch-damage")
-            self.download = gr.DownloadButton(
-                "Download branch trace (JSONL)", interactive=False, elem_id="branch-download"
-            )
+            with gr.Row():
+                self.download = gr.DownloadButton(
+                    "Download branch trace (JSONL)", interactive=False, elem_id="branch-download"
+                )
+                self.page = gr.DownloadButton("Download page (HTML)", interactive=False, elem_id="branch-page")
 
     def wire(self, original: RunPanel) -> None:
         self.original = original
@@ -120,6 +125,7 @@ class WhatIf:
                 self.box,
                 self.damage,
                 self.download,
+                self.page,
                 *self.panel.outputs,
                 original.view,
                 original.transcript,
@@ -150,6 +156,7 @@ class WhatIf:
                 self.box,
                 self.damage,
                 self.download,
+                self.page,
                 *self.panel.outputs,
             ],
             api_visibility="private",
@@ -170,6 +177,7 @@ class WhatIf:
             self.box: gr.Column(visible=False),
             self.damage: charts.damage([]),
             self.download: gr.DownloadButton(value=None, interactive=False),
+            self.page: gr.DownloadButton(value=None, interactive=False),
         }
         return reset | self.panel.fresh(RunView()) | self.offer(view, view.pinned)
 
@@ -215,6 +223,7 @@ class WhatIf:
                 self.box: gr.Column(visible=True),
                 self.damage: charts.damage([]),
                 self.download: gr.DownloadButton(value=None, interactive=False),
+                self.page: gr.DownloadButton(value=None, interactive=False),
                 self.original.view: original,
                 self.original.transcript: transcript_html(original),
             }
@@ -232,7 +241,10 @@ class WhatIf:
             else:
                 outcome = status_html(f"The branch broke off: {broke_off}. Both transcripts so far are kept.", "error")
             trace = gr.DownloadButton(value=save_trace(view.events, "what-if-trace"), interactive=True)
-            return {self.status: outcome, self.download: trace} | self._progress(original, view, True)
+            page = gr.DownloadButton(
+                value=page_file(branch_page(original.events, view.events), "what-if-page"), interactive=True
+            )
+            return {self.status: outcome, self.download: trace, self.page: page} | self._progress(original, view, True)
 
         yield from self.runner.stream(request.session_hash, self.status, "branch", check, start, step, finish)
 

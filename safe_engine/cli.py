@@ -1,4 +1,4 @@
-"""Command line: ``python -m safe_engine generate|compare|bench|tokdiff|lm-eval|serve ...`` (installed: the
+"""Command line: ``python -m safe_engine generate|compare|export|bench|tokdiff|lm-eval|serve ...`` (installed: the
 ``safe-ensemble`` command). Bad input: one line on stderr, exit 2."""
 
 from __future__ import annotations
@@ -8,7 +8,9 @@ import contextlib
 import json
 import os
 import sys
+import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from tqdm import tqdm
 
@@ -16,6 +18,7 @@ from .analysis.tokdiff import corpus_scan, load_vocabs, pair_view, visible, word
 from .bench import DEFAULT_BATCH_SIZE, DEFAULT_STRATEGIES, STYLES, Bench, builtin_tasks, load_task, strategy_labels
 from .contract.errors import SafeEngineError
 from .contract.events import TextCommitted, write_jsonl
+from .data import TRACES_DIR
 from .models.cache import load_models
 from .models.specs import DEFAULT_MODELS, resolve_spec
 from .options import (
@@ -27,8 +30,13 @@ from .options import (
     model_specs,
 )
 from .orchestration.comparison import ratios, rows_per_pass, run_comparison, run_together, summarize, warm_up
+from .pages.traces import find_trace, read_trace, shipped_traces
 from .strategies.decoding import STRATEGIES, decode
 
+PAGE_HELP = (
+    "write one self-contained HTML page (no server, no network; the trace inside it): transcript, details on "
+    "hover and click, charts"
+)
 SHARED_TIMES = (
     "Ran together (--together): the runs shared forward passes, so each wall time includes the other runs' work "
     "and the ratios below are not each strategy's own cost (run without --together for that). Runs per pass: "
@@ -42,14 +50,29 @@ def build_parser() -> argparse.ArgumentParser:
     gen = sub.add_parser("generate", help="decode one prompt with one strategy")
     add_decoding_options(gen, with_strategy=True)
     gen.add_argument("--trace", metavar="FILE.jsonl", help="write every event as a JSON line")
+    gen.add_argument("--html", metavar="FILE.html", help=PAGE_HELP)
     cmp_ = sub.add_parser("compare", help="each single model, per-token and SAFE on one prompt")
     add_decoding_options(cmp_, with_strategy=False)
     cmp_.add_argument("--trace", metavar="FILE.jsonl", help="write every run's events, one after the other")
+    cmp_.add_argument("--html", metavar="FILE.html", help=PAGE_HELP + ": every run side by side")
     cmp_.add_argument(
         "--together",
         action="store_true",
         help="run the strategies at once, sharing forward passes (faster in all; each wall time then includes "
         "the other runs' work). Default: one after the other, each timed alone",
+    )
+    export = sub.add_parser("export", help="a trace as one self-contained HTML page (no model is loaded)")
+    export.add_argument(
+        "trace",
+        metavar="TRACE",
+        help=f"a JSONL trace or a page holding one, or a shipped trace's name: {', '.join(_shipped_names())}",
+    )
+    export.add_argument(
+        "--html",
+        metavar="FILE.html",
+        required=True,
+        help=PAGE_HELP + ": two runs side by side when "
+        "the trace holds several (per-token beside SAFE when it holds both)",
     )
     bench = sub.add_parser("bench", help="accuracy, E/T and speed of each strategy on task files")
     bench.add_argument(
@@ -119,16 +142,21 @@ def _load(args):
 
 def _generate(args) -> int:
     config = decoding_config(args)
-    models = _load(args)
     with contextlib.ExitStack() as stack:
+        trace, page = _output(stack, args.trace), _output(stack, args.html)
+        models = _load(args)
         events = decode(models, args.prompt, config)
-        if args.trace:
-            events = write_jsonl(events, stack.enter_context(open(args.trace, "w", encoding="utf-8")))
+        if trace:
+            events = write_jsonl(events, trace)
         collected = []
         for event in events:
             collected.append(event)
             if not args.json and isinstance(event, TextCommitted):
                 print(event.delta, end="", flush=True)
+        if page:
+            from .pages.page import run_page  # Plotly loads only for a page
+
+            _write_page(page, lambda: run_page(collected))
     summary = summarize(collected)
     if args.json:
         print(
@@ -151,15 +179,19 @@ def _summary_line(s: dict) -> str:
 
 def _compare(args) -> int:
     config = decoding_config(args, "safe")
-    models = _load(args)
-    warm_up(models, config)
     runs: dict[str, list] = {}
     with contextlib.ExitStack() as stack:
-        trace = stack.enter_context(open(args.trace, "w", encoding="utf-8")) if args.trace else None
+        trace, page = _output(stack, args.trace), _output(stack, args.html)
+        models = _load(args)
+        warm_up(models, config)
         for label, event in (run_together if args.together else run_comparison)(models, args.prompt, config):
             runs.setdefault(label, []).append(event)
             if trace:
                 trace.write(event.to_json() + "\n")
+        if page:
+            from .pages.page import comparison_page  # Plotly loads only for a page
+
+            _write_page(page, lambda: comparison_page(runs))
     summaries = [summarize(events, label) for label, events in runs.items()]
     drafter = summaries[-1]["drafter"]
     ratio = ratios(summaries, drafter)
@@ -177,6 +209,41 @@ def _compare(args) -> int:
     if args.together:
         print(SHARED_TIMES + ", ".join(f"{k} {v:.1f}" for k, v in shared.items()))
     print("wall time / drafter alone: " + ", ".join(f"{k} {v:.2f}x" for k, v in ratio.items()))
+    return 0
+
+
+def _output(stack: contextlib.ExitStack, path: str | None):
+    """A file to write (--trace, --html), opened before any model loads so a bad path fails at once."""
+    if path is None:
+        return None
+    try:
+        return stack.enter_context(open(path, "w", encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _write_page(handle, build) -> None:
+    """Render (`build` makes the Page) and write it, saying how large it is and how long that took."""
+    started = time.perf_counter()
+    handle.write(build().html())
+    _progress(f"wrote {handle.name}: {handle.tell() / 1e6:.1f} MB in {time.perf_counter() - started:.2f} s")
+
+
+def _shipped_names() -> list[str]:
+    return [path.stem for path, _ in shipped_traces(TRACES_DIR)]
+
+
+def _export(args) -> int:
+    from .pages.page import trace_page  # Plotly loads only for a page
+
+    path = Path(args.trace)
+    if not path.is_file():
+        path = find_trace(args.trace, [TRACES_DIR])
+    events = read_trace(path)
+    captions = {p.resolve(): caption for p, caption in shipped_traces(TRACES_DIR)}
+    title, caption = path.name.removesuffix(".jsonl"), captions.get(path.resolve(), "")
+    with contextlib.ExitStack() as stack:
+        _write_page(_output(stack, args.html), lambda: trace_page(events, title, caption))
     return 0
 
 
@@ -291,7 +358,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if argv[:1] == ["lm-eval"]:
             return _lm_eval(argv[1:])
         args = build_parser().parse_args(argv)
-        commands = {"generate": _generate, "compare": _compare, "bench": _bench, "tokdiff": _tokdiff, "serve": _serve}
+        commands = {
+            "generate": _generate,
+            "compare": _compare,
+            "export": _export,
+            "bench": _bench,
+            "tokdiff": _tokdiff,
+            "serve": _serve,
+        }
         return commands[args.command](args)
     except SafeEngineError as exc:
         print(f"error: {exc}", file=sys.stderr)

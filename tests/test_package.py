@@ -270,7 +270,8 @@ def test_installed_studio_serves_its_css_and_replays_a_shipped_trace(venv, outsi
         # Gradio 6 links its own stylesheet and hands the app's CSS (css_paths) to the page in /config.
         status, _, raw = _get(f"{base}/config")
         config = json.loads(raw)
-        assert status == 200 and (ROOT / "assets" / "style.css").read_text(encoding="utf-8").strip() in config["css"]
+        for stylesheet in (ROOT / "assets" / "style.css", ROOT / "safe_engine" / "pages" / "style.css"):
+            assert status == 200 and stylesheet.read_text(encoding="utf-8").strip() in config["css"]
         status, kind, _ = _get(f"{base}/theme.css")
         assert status == 200 and kind.startswith("text/css")
 
@@ -289,6 +290,9 @@ def test_installed_studio_serves_its_css_and_replays_a_shipped_trace(venv, outsi
         shown = {components[i].get("props", {}).get("elem_id"): value for i, value in zip(opening["outputs"], outputs)}
         assert entry["caption"] in html.unescape(shown["replay-caption"])
         assert "Event " in shown["replay-status"] and 'class="tok' in shown["replay-transcript"]
+        # The button comes back as an update (its value and interactive=True); the value is the page's file.
+        page = Path(shown["replay-page"]["value"]["path"]).read_text(encoding="utf-8")  # the installed page files
+        assert page.count("<template id=") == 40 and "Plotly" in page
     finally:
         app.terminate()
         try:

@@ -16,7 +16,8 @@ from components.tokenizers_tab import MAX_CORPUS_CHARS, TokenizersTab, corpus_te
 from safe_engine.analysis.tokdiff import corpus_scan, load_vocabs, pair_view, vocab_overlap, word_agreement
 from safe_engine.contract.errors import ConfigError
 from safe_engine.data import TRACES_DIR
-from safe_engine.pages.view import RunView, read_trace
+from safe_engine.pages.traces import read_trace
+from safe_engine.pages.view import RunView
 from safe_engine.tokenization.alignment import TokenBytes
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,9 +10,9 @@ from test_ui_render import EVIL
 from tiny_models import char_tokenizer, tiny_model, unigram_tokenizer
 
 from components import studio
-from components.compare_tab import EXPLANATION, measured_html, metrics_frame
+from components.compare_tab import EXPLANATION
 from components.live_tab import READY
-from components.replay_tab import caption_html, shipped_traces
+from components.replay_tab import caption_html
 from safe_engine.contract.events import (
     EVENT_TYPES,
     CommittedToken,
@@ -24,8 +24,10 @@ from safe_engine.contract.events import (
 from safe_engine.data import TRACES_DIR as TRACES
 from safe_engine.orchestration.comparison import summarize
 from safe_engine.pages import charts
+from safe_engine.pages.comparison import measured_html, metrics_frame
+from safe_engine.pages.traces import read_trace, shipped_traces, split_runs
 from safe_engine.pages.transcript import details_html, metrics_html
-from safe_engine.pages.view import RunView, read_trace, split_runs
+from safe_engine.pages.view import RunView
 from safe_engine.run.damage import degenerate
 from safe_engine.strategies.decoding import DecodeConfig, decode
 

@@ -23,6 +23,7 @@ from safe_engine.contract.events import (
 from safe_engine.data import TRACES_DIR
 from safe_engine.pages import charts
 from safe_engine.pages.text import plot_label
+from safe_engine.pages.traces import TraceError, read_trace, save_trace, split_runs
 from safe_engine.pages.transcript import (
     LEGEND,
     compare_html,
@@ -32,7 +33,7 @@ from safe_engine.pages.transcript import (
     status_html,
     transcript_html,
 )
-from safe_engine.pages.view import RunView, TraceError, read_trace, save_trace, split_runs
+from safe_engine.pages.view import RunView
 
 TRACES = sorted(TRACES_DIR.glob("*.jsonl"))
 EVIL = "<script>alert(1)</script>"
@@ -364,7 +365,7 @@ def test_the_app_loads_its_models_with_the_clis_loading_flags(monkeypatch):
     ]
     started = []
     monkeypatch.setattr(studio, "launch", lambda demo, *args: started.append(demo))
-    monkeypatch.setattr(studio, "build_demo", lambda specs, pool: pool)
+    monkeypatch.setattr(studio, "build_demo", lambda specs, pool, traces: pool)
     assert studio.main(flags) == 0
     assert started[0].options == cli.load_options(cli.build_parser().parse_args(["generate", "--prompt", "x", *flags]))
 

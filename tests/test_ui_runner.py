@@ -6,13 +6,14 @@ from dataclasses import fields
 import gradio as gr
 import pytest
 
-from components.replay_tab import ALONE, ReplayTab, default_pair, shipped_traces, steps, token_count, up_to_token
+from components.replay_tab import ReplayTab, steps, token_count, up_to_token
 from components.run_stream import Runner
 from components.settings import FIELDS, Form, RunSettings
 from components.stops import Stops
 from safe_engine.contract.errors import ConfigError
 from safe_engine.data import TRACES_DIR as TRACES
-from safe_engine.pages.view import RunView, read_trace, split_runs
+from safe_engine.pages.traces import ALONE, default_pair, read_trace, shipped_traces, split_runs
+from safe_engine.pages.view import RunView
 
 
 def test_the_form_needs_one_component_per_setting_and_reads_them_by_name():
@@ -116,11 +117,11 @@ def test_replay_pairs_per_token_with_safe_and_cuts_both_at_a_token_count():
 
 def test_replay_opens_the_first_shipped_collapse_side_by_side():
     with gr.Blocks():
-        tab = ReplayTab(shipped_traces(TRACES))
+        tab = ReplayTab(shipped_traces(TRACES), [TRACES])
     runs = tab.runs.value
     assert (tab.pick.value, tab.beside.value) == default_pair(runs) and tab.other_box.visible
     assert not tab.charts_box.visible and tab.damage.visible
-    out = tab.select(runs, 0, ALONE)
+    out = tab.select(runs, 0, ALONE, ("01-why-per-token-fails-spell-08", ""))
     assert out[tab.other_box].visible is False and out[tab.charts_box].visible is True
     assert "Event" in out[tab.status] and out[tab.step].label == "Events replayed"
     out = tab.at(runs, 0, 1, 12)

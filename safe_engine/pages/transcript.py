@@ -295,8 +295,9 @@ def _damage_table(view: RunView, t: TokenView) -> str:
     )
 
 
-def run_card_html(view: RunView) -> str:
-    """One strategy's transcript with its key numbers (a column of the Compare tab)."""
+def run_card_html(view: RunView, pinnable: bool = False) -> str:
+    """One strategy's transcript with its key numbers (a column of the Compare tab, where tokens show their
+    details on hover; a comparison page also pins them on a click)."""
     m = view.metrics()
     numbers = (
         f"{m['tokens']} tokens · E/T {m['e_t']:.0%} · OOV-like skips {m['oov_skips']} · "
@@ -309,7 +310,7 @@ def run_card_html(view: RunView) -> str:
         numbers += f" · drafter non-canonical {damage['non_canonical']} (max {damage['non_canonical_max']})"
     return (
         f'<div class="card"><div class="card-head"><b>{esc(view.label)}</b><span>{numbers}</span></div>'
-        f'<div class="transcript">{transcript_html(view, pinnable=False)}</div></div>'
+        f'<div class="transcript">{transcript_html(view, pinnable)}</div></div>'
     )
 
 

@@ -7,20 +7,11 @@ draft / verify / ensemble details of a round are matched to its committed tokens
 
 from __future__ import annotations
 
-import json
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
-from ..contract.errors import SafeEngineError
-from ..contract.events import EVENT_TYPES
 from ..run.damage import ModelDamage
 
 DAMAGE_KEYS = ("non_canonical", "non_canonical_max", "kl_mean", "kl_max", "kl_sampled")  # the drafter's, from stats
-
-
-class TraceError(SafeEngineError):
-    """A trace file that is not a JSONL list of engine events."""
 
 
 @dataclass
@@ -224,41 +215,3 @@ def first_difference(a: RunView, b: RunView) -> int | None:
         if short.finished and short.finished["stop_reason"] != "stopped" and len(short.tokens) < len(long.tokens):
             return len(short.tokens)
     return None
-
-
-def split_runs(events: list[dict]) -> list[list[dict]]:
-    """A trace may hold several runs (a comparison); each starts with its run_started event."""
-    runs: list[list[dict]] = []
-    for event in events:
-        if event["kind"] == "run_started" or not runs:
-            runs.append([])
-        runs[-1].append(event)
-    return runs
-
-
-def read_trace(path: str | Path) -> list[dict]:
-    events = []
-    try:
-        with open(path, encoding="utf-8") as handle:
-            for number, line in enumerate(handle, 1):
-                if not line.strip():
-                    continue
-                try:
-                    event = json.loads(line)
-                except json.JSONDecodeError:
-                    raise TraceError(f"line {number} of the trace is not JSON") from None
-                if not isinstance(event, dict) or event.get("kind") not in EVENT_TYPES:
-                    raise TraceError(f"line {number} of the trace is not an engine event")
-                events.append(event)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TraceError(f"could not read the trace: {exc}") from None
-    if not events or events[0]["kind"] != "run_started":
-        raise TraceError("the trace does not start with a run_started event")
-    return events
-
-
-def save_trace(events: list[dict], name: str) -> str:
-    """Write events as JSONL (the CLI's --trace format) into a fresh temp folder; the path to download."""
-    path = Path(tempfile.mkdtemp(prefix="safe-trace-")) / f"{name}.jsonl"
-    path.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in events), encoding="utf-8")
-    return str(path)
