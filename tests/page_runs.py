@@ -1,6 +1,6 @@
 """Runs for the page tests (tests/test_pages.py, tests/test_page_browser.py): a what-if branch beside the run it
 branched from, decoded by two tiny models with different tokenizers; a recorded trace whose every string a model
-or a person wrote is a hostile one; and the page's tokens read back from its HTML."""
+or a person wrote is a hostile one; and a page's tags read back from its HTML."""
 
 from __future__ import annotations
 
@@ -81,8 +81,9 @@ def hostile_trace(name: str = "1-safe-factorial.jsonl") -> list[dict]:
 
 
 def as_parsed(text: str) -> str:
-    """A string as an HTML parser hands it back: line ends normalised to \\n, NUL as U+FFFD."""
-    return text.replace("\r\n", "\n").replace("\r", "\n").replace("\x00", "\ufffd")
+    """A token's text as a browser reads it back from a transcript: HTML parsing turns every CR into \\n (the
+    transcript marks a \\n with a glyph, which parts CR from LF) and drops NUL from text."""
+    return text.replace("\r", "\n").replace("\x00", "")
 
 
 class Tags(HTMLParser):
