@@ -178,12 +178,18 @@ class ReplayTab:
     def follow_links(self, demo: gr.Blocks, tabs: gr.Tabs) -> None:
         """``?trace=NAME`` in the page's address opens that trace (shipped, or in --traces) in this tab."""
         self.tabs = tabs
-        demo.load(self.open_link, None, [tabs, self.shipped, *self.opened], api_visibility="private")
+        demo.load(
+            self.open_link,
+            None,
+            [tabs, self.shipped, *self.opened],
+            api_visibility="private",
+            show_progress="hidden",  # every visit asks; most carry no trace and change nothing
+        )
 
-    def open_link(self, request: gr.Request) -> dict:
+    def open_link(self, request: gr.Request):
         name = dict(request.query_params).get("trace")
         if name is None:
-            return {}
+            return gr.skip()
         shown = {self.tabs: gr.Tabs(selected="replay")}
         try:
             path = str(find_trace(name, self.folders))

@@ -1,10 +1,12 @@
-"""Runs for the page tests (tests/test_pages.py, tests/test_page_browser.py): a what-if branch beside the run it
-branched from, decoded by two tiny models with different tokenizers; a recorded trace whose every string a model
-or a person wrote is a hostile one; and a page's tags read back from its HTML."""
+"""Runs and folders for the page tests (tests/test_pages.py, test_ui_pages.py, test_page_browser.py and the app's
+browser tests): a what-if branch beside the run it branched from, decoded by two tiny models with different
+tokenizers; a recorded trace whose every string a model or a person wrote is a hostile one; a --traces folder
+with a symlink leading out of it; and a page's tags read back from its HTML."""
 
 from __future__ import annotations
 
 import itertools
+import os
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -78,6 +80,19 @@ def hostile_trace(name: str = "1-safe-factorial.jsonl") -> list[dict]:
                 if token["drafted"] is not None:
                     token["drafted"] = next(traps)
     return events
+
+
+def saved_traces(root: Path) -> Path:
+    """A folder for the app's --traces: a saved trace, and a symlink to a trace outside the folder (a real one,
+    so a read through the symlink would succeed)."""
+    folder, outside = root / "traces", root / "outside"
+    folder.mkdir()
+    outside.mkdir()
+    trace = (TRACES_DIR / "1-safe-factorial.jsonl").read_text(encoding="utf-8")
+    (folder / "saved-run.jsonl").write_text(trace, encoding="utf-8")
+    (outside / "secret.jsonl").write_text(trace, encoding="utf-8")
+    os.symlink(outside / "secret.jsonl", folder / "escape.jsonl")
+    return folder
 
 
 def as_parsed(text: str) -> str:

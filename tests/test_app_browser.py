@@ -18,9 +18,11 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("playwright")
+from offline_pages import Offline, offline_context, token_texts  # noqa: E402
+from page_runs import saved_traces  # noqa: E402
 from playwright.sync_api import expect, sync_playwright  # noqa: E402
 
-from safe_engine.data import TRACES_DIR
+from safe_engine.data import TRACES_DIR  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -57,7 +59,18 @@ def app_url(tmp_path_factory):
     log = open(tmp_path_factory.mktemp("app") / "app.log", "w")
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "GRADIO_TEMP_DIR": str(tmp_path_factory.mktemp("gradio"))}
     proc = subprocess.Popen(
-        [sys.executable, "app.py", "--port", str(port)], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+        [
+            sys.executable,
+            "app.py",
+            "--port",
+            str(port),
+            "--traces",
+            str(saved_traces(tmp_path_factory.mktemp("saved"))),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -154,6 +167,63 @@ def test_uploaded_trace_renders_markup_as_text(page, tmp_path):
     assert page.evaluate("window.pwned") is None
 
 
+def test_replays_download_page_holds_what_the_app_showed_and_reopens_in_replay(page, browser, tmp_path):
+    page.get_by_role("tab", name="Replay").click()  # opens on the collapse: per-token beside SAFE
+    shown = [page.locator(f"#{name}-transcript .tok") for name in ("replay", "replay-b")]
+    expect(shown[1].first).to_be_attached(timeout=30_000)
+    texts = [token_texts(tokens) for tokens in shown]
+    with page.expect_download() as download:
+        page.locator("#replay-page").click()
+    saved = tmp_path / download.value.suggested_filename
+    download.value.save_as(saved)
+    assert saved.suffix == ".html"
+    offline, context = Offline(), offline_context(browser)
+    sent = offline.open(context, saved)
+    expect(sent.locator("[data-figure] .main-svg").first).to_be_attached(timeout=PLOT_MS)
+    runs = sent.locator("[data-run]")
+    assert [token_texts(runs.nth(i).locator(".transcript .tok[data-i]")) for i in range(2)] == texts
+    sent.locator("[data-run] .transcript .tok[data-i]").nth(5).click()
+    expect(sent.locator("#r0-details")).to_contain_text("token #5 · round")
+    assert offline.outside == [] and offline.errors == []
+    context.close()
+    page.locator("#replay-trace input").click()  # away from the collapse, then the page back in through the upload
+    page.get_by_role("option", name=SAFE_TRACE.stem).click()
+    expect(shown[1]).to_have_count(0, timeout=30_000)
+    page.locator("#replay-upload input[type=file]").set_input_files(str(saved))
+    expect(shown[1]).to_have_count(len(texts[1]), timeout=30_000)
+    expect(shown[0]).to_have_count(len(texts[0]))
+
+
+def test_a_link_opens_a_shipped_or_saved_trace_in_replay(browser, app_url):
+    tab = browser.new_page(viewport={"width": 1400, "height": 1000})
+    for name, committed in (("1-safe-factorial", 40), ("saved-run.jsonl", 40)):
+        tab.goto(f"{app_url}/?trace={name}")
+        expect(tab.locator("#replay-transcript .tok")).to_have_count(committed, timeout=60_000)
+        expect(tab.locator("#replay-status")).to_contain_text("Event 69 of 69")
+        expect(tab.locator("#replay-trace input")).to_have_value(name.removesuffix(".jsonl"))
+    tab.close()
+
+
+@pytest.mark.parametrize(
+    "query, message",
+    [
+        ("../../etc/passwd", "is not a trace name"),
+        ("..%2F..%2Fetc%2Fpasswd", "is not a trace name"),
+        ("%252E%252E%252Foutside%252Fsecret", "is not a trace name"),
+        ("/etc/passwd", "is not a trace name"),
+        ("escape", "points outside its folder"),
+        ("no-such-trace", "no trace named “no-such-trace”"),
+    ],
+)
+def test_a_link_to_anything_else_is_a_message(browser, app_url, query, message):
+    tab = browser.new_page()
+    tab.goto(f"{app_url}/?trace={query}")
+    expect(tab.locator("#replay-status")).to_contain_text(message, timeout=60_000)
+    expect(tab.locator("#replay-status")).to_contain_text("Could not open the link's trace")
+    assert "Traceback" not in tab.content()
+    tab.close()
+
+
 def test_bad_input_shows_a_message_and_no_trace(page):
     _run(page, "   ", 16)
     expect(page.locator("#live-status")).to_contain_text("the prompt is empty", timeout=30_000)
@@ -177,6 +247,14 @@ def test_live_run_streams_coloured_tokens_and_charts(page, browser, app_url, tmp
     expect(page.locator("#live-timeline .main-svg").first).to_be_attached(timeout=PLOT_MS)
     expect(page.locator("#live-split .main-svg").first).to_be_attached(timeout=PLOT_MS)
     expect(page.locator("#live-download")).to_be_enabled()
+    with page.expect_download() as download:  # the page holds the tokens the app shows
+        page.locator("#live-page").click()
+    download.value.save_as(tmp_path / "live.html")
+    offline, context = Offline(), offline_context(browser)
+    sent = offline.open(context, tmp_path / "live.html")
+    assert token_texts(sent.locator("[data-run] .transcript .tok[data-i]")) == token_texts(tokens)
+    assert offline.outside == [] and offline.errors == []
+    context.close()
     tokens.first.click()
     expect(page.locator("#live-details")).to_contain_text("token #0")
     page.screenshot(path=str(tmp_path / "live.png"), full_page=True)
@@ -218,6 +296,7 @@ def test_compare_runs_every_strategy_side_by_side(page, tmp_path):
     expect(page.locator("#compare-table")).to_contain_text("safe")
     expect(page.locator("#compare-bars .main-svg").first).to_be_attached(timeout=PLOT_MS)
     expect(page.locator("#compare-csv")).to_be_enabled()
+    expect(page.locator("#compare-page")).to_be_enabled()
     damage = page.locator("#compare-damage")
     expect(damage.locator(".main-svg").first).to_be_attached(timeout=PLOT_MS)
     expect(damage).to_contain_text("non-canonical tokens")
@@ -267,6 +346,7 @@ def test_what_if_branch_forces_a_token_and_marks_the_first_difference(page, tmp_
     expect(page.locator("#branch-metrics")).to_contain_text("non-canonical")
     expect(page.locator("#branch-damage .main-svg").first).to_be_attached(timeout=PLOT_MS)
     expect(page.locator("#branch-damage .legendtext")).to_have_count(2)
+    expect(page.locator("#branch-page")).to_be_enabled()
     page.screenshot(path=str(tmp_path / "what-if.png"), full_page=True)
     page.locator("#whatif-text textarea").fill("")
     page.locator("#whatif-run").click()

@@ -4,18 +4,19 @@ answers every other name with a message, and a page is written once however many
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import gradio as gr
 import pytest
-from page_runs import Tags
+from page_runs import Tags, saved_traces
 
 from components.downloads import page_file
 from components.replay_tab import ReplayTab
+from safe_engine import cli
 from safe_engine.data import TRACES_DIR
 from safe_engine.pages.page import run_page
-from safe_engine.pages.traces import ALONE, read_trace, shipped_traces, split_runs
+from safe_engine.pages.traces import ALONE, default_pair, read_trace, shipped_traces, split_runs
+from safe_engine.pages.view import RunView
 
 COLLAPSE = TRACES_DIR / "01-why-per-token-fails-spell-08.jsonl"
 SAFE = TRACES_DIR / "1-safe-factorial.jsonl"
@@ -24,14 +25,7 @@ SAFE = TRACES_DIR / "1-safe-factorial.jsonl"
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory) -> list[Path]:
     """The shipped traces and a --traces folder holding a saved trace and a symlink to one outside it."""
-    root = tmp_path_factory.mktemp("served")
-    saved, outside = root / "traces", root / "outside"
-    saved.mkdir()
-    outside.mkdir()
-    (saved / "saved-run.jsonl").write_text(SAFE.read_text(encoding="utf-8"), encoding="utf-8")
-    (outside / "secret.jsonl").write_text(SAFE.read_text(encoding="utf-8"), encoding="utf-8")
-    os.symlink(outside / "secret.jsonl", saved / "escape.jsonl")
-    return [TRACES_DIR, saved.resolve()]
+    return [TRACES_DIR, saved_traces(tmp_path_factory.mktemp("served")).resolve()]
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +50,19 @@ def test_replays_page_follows_the_runs_shown_and_carries_the_whole_trace(tab):
     alone = tab.select(runs, 2, ALONE, (COLLAPSE.stem, "a caption"))[tab.page].value["path"]
     html = Path(alone).read_text(encoding="utf-8")
     assert _page_runs(alone) == ["r0"] and "a caption" in html and read_trace(alone) == read_trace(COLLAPSE)
+
+
+def test_the_exported_collapse_reopens_in_replay_per_token_beside_safe_with_its_tokens(tab, tmp_path, capsys):
+    page = tmp_path / "collapse.html"
+    assert cli.main(["export", COLLAPSE.stem, "--html", str(page)]) == 0  # as a person shares the collapse
+    capsys.readouterr()
+    runs = split_runs(read_trace(COLLAPSE))
+    out = tab.open(str(page))
+    assert out[tab.runs] == runs and (out[tab.pick].value, out[tab.beside].value) == default_pair(runs)
+    shown = [out[tab.panel.view], out[tab.other.view]]
+    assert [view.label for view in shown] == ["per-token", "safe"]
+    assert [len(view.tokens) for view in shown] == [len(RunView.of(runs[i]).tokens) for i in default_pair(runs)]
+    assert _page_runs(str(page)) == ["r0", "r1"]  # the page showed the same two runs
 
 
 def test_replay_opens_a_page_as_it_opens_a_trace(tab, tmp_path):
@@ -93,7 +100,7 @@ def test_a_link_to_anything_else_is_a_message_and_reads_nothing(tab, folders, na
 
 
 def test_a_page_without_a_link_changes_nothing(tab):
-    assert tab.open_link(gr.Request(query_params={})) == {}
+    assert isinstance(tab.open_link(gr.Request(query_params={})), type(gr.skip()))
 
 
 def test_a_page_is_written_once_per_content():
