@@ -8,7 +8,8 @@ works from outside the checkout.
   safe_studio/) and assets/ (as safe_studio/assets/), and no other top-level package.
 - Installed with --no-deps into a fresh venv over this machine's packages (--system-site-packages), from a folder
   outside the repository: ``import safe_engine`` is the installed copy; ``safe-ensemble bench --tasks arithmetic``
-  finds its shipped set; ``safe-ensemble lm-eval ls tasks`` lists the shipped tasks from the installed YAMLs;
+  finds its shipped set; ``safe-ensemble export NAME --html`` writes a shipped trace's page with the installed page
+  files; ``safe-ensemble lm-eval ls tasks`` lists the shipped tasks from the installed YAMLs;
   ``safe-studio`` serves its stylesheet and Replay opens a shipped trace; ``safe-ensemble generate`` runs the
   embedded pair (real_models).
 
@@ -39,6 +40,8 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from tiny_pair import tiny_pair_folders
+
+from safe_engine.pages.traces import read_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
@@ -204,6 +207,16 @@ def test_installed_bench_finds_its_shipped_task_set(venv, outside, tmp_path):
         "single:tiny-llama",
         "safe",
     }
+
+
+def test_installed_export_reaches_a_shipped_trace_by_name(venv, outside, tmp_path):
+    name = "01-why-per-token-fails-spell-08"
+    _run([venv / "bin" / "safe-ensemble", "export", name, "--html", tmp_path / "collapse.html"], **outside)
+    page = (tmp_path / "collapse.html").read_text(encoding="utf-8")
+    assert page.count('<section class="run" data-run=') == 2 and "Plotly" in page  # per-token beside SAFE
+    assert read_trace(tmp_path / "collapse.html") == read_trace(
+        ROOT / "safe_engine" / "data" / "traces" / f"{name}.jsonl"
+    )
 
 
 def test_installed_lm_eval_front_door_lists_the_shipped_tasks(venv, outside):
