@@ -54,7 +54,7 @@ from safe_engine.models.cache import load_models
 from safe_engine.models.loading import LoadOptions
 from safe_engine.models.specs import DEFAULT_MODELS
 from safe_engine.orchestration.comparison import warm_up
-from safe_engine.runtime.batching import model_executor
+from safe_engine.runtime.executors import model_executor
 from safe_engine.runtime.session import SCHEDULER, ModelSession
 from safe_engine.strategies.decoding import DecodeConfig
 

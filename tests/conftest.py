@@ -19,7 +19,7 @@ import pytest
 from safe_engine.models.cache import load_models
 from safe_engine.models.loading import LoadOptions
 from safe_engine.models.specs import DEFAULT_MODELS
-from safe_engine.runtime.batching import model_executor
+from safe_engine.runtime.executors import model_executor
 from safe_engine.runtime.session import SCHEDULER
 from safe_engine.strategies import decoding
 

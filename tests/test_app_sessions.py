@@ -16,7 +16,7 @@ from components.run_stream import sharing_html
 from components.settings import RunSettings
 from components.stops import Stops
 from safe_engine.models.cache import load_models
-from safe_engine.runtime.batching import model_executor
+from safe_engine.runtime.executors import model_executor
 from safe_engine.runtime.session import SCHEDULER, runs_sharing
 from safe_engine.strategies.decoding import DecodeConfig, decode
 

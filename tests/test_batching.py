@@ -2,11 +2,11 @@
 
 import random
 import threading
-import time
 from types import SimpleNamespace
 
 import pytest
 import torch
+from passes import full_forward, start_together, together, wait_for
 from scripted_models import ScriptedLM, scripted
 from tiny_models import char_tokenizer, tiny_model, tiny_model_folder, unigram_tokenizer
 
@@ -14,7 +14,7 @@ from safe_engine import DecodeRequest, decode_ahead, decode_many
 from safe_engine.contract.errors import ConfigError
 from safe_engine.contract.events import RunFinished, TextCommitted
 from safe_engine.models.loading import LoadOptions, load_model
-from safe_engine.runtime.batching import model_executor
+from safe_engine.runtime.executors import model_executor
 from safe_engine.runtime.kv_slots import KVSlot, row_mask
 from safe_engine.runtime.scheduler import ActiveRun, Executor, LockNotHeld, Request, Scheduler
 from safe_engine.runtime.session import ModelSession, runs_sharing
@@ -35,45 +35,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-def full_forward(lm, ids, starts):
-    with torch.inference_mode():
-        logits = lm.model(torch.tensor([ids])).logits[0].float()
-    return torch.stack([logits[t - 1] for t in starts])
-
-
-def queued(scheduler, lm) -> int:
-    executor = model_executor(scheduler, lm)
-    with scheduler.lock:
-        return executor.waiting()
-
-
-def wait_for(condition, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.002)
-
-
-def together(scheduler, lm, calls):
-    """Run the calls in threads while the device is held, so all their requests share one pass."""
-    results, errors = [None] * len(calls), [None] * len(calls)
-
-    def work(i):
-        try:
-            results[i] = calls[i]()
-        except Exception as exc:
-            errors[i] = exc
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(calls))]
-    with scheduler.device(lm.device):
-        for thread in threads:
-            thread.start()
-        wait_for(lambda: queued(scheduler, lm) + sum(not t.is_alive() for t in threads) == len(calls))
-    for thread in threads:
-        thread.join(60)
-    return results, errors
 
 
 @pytest.fixture(scope="module", params=["llama", "gemma3"])
@@ -386,14 +347,6 @@ def texts(events):
     finished = events[-1]
     assert isinstance(finished, RunFinished)
     return finished.text, [t.ids for e in events if isinstance(e, TextCommitted) for t in e.tokens]
-
-
-def start_together(scheduler, pair, requests, **kwargs):
-    """decode_many with the first passes of every run gathered into one."""
-    with scheduler.device(pair[0].device):
-        handles = decode_many(pair, requests, scheduler=scheduler, **kwargs)
-        wait_for(lambda: queued(scheduler, pair[0]) == min(len(requests), kwargs.get("max_parallel", 8)))
-    return handles
 
 
 def test_a_finished_decode_hands_its_slots_back_and_the_next_reuses_its_prompt(pair, scheduler):

@@ -92,6 +92,7 @@ def test_models_on_actors_commit_the_tokens_of_local_models(strategy, local_pair
     passes = {name: stats["passes"] for name, stats in local["stats"]["forward"].items()}
     assert {name: stats["passes"] for name, stats in remote["stats"]["forward"].items()} == passes
     assert remote_pair[0].describe()["placement"] == "ray" and remote_pair[0].vocab.special_ids
+    assert remote_pair[0].describe()["runtime"] == "kv-slots"  # the actor's path
 
 
 def test_sessions_of_finished_runs_are_freed_in_their_actors(remote_pair):

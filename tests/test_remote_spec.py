@@ -111,7 +111,8 @@ def test_a_stalled_server_fails_its_run_after_the_timeout_while_a_local_run_goes
     handler.stall = 30
     monkeypatch.setenv("SAFE_OPENAI_TIMEOUT_S", "1")
     remote = load_model(f"openai:{url}#smollm2")
-    assert remote.describe()["placement"] == "openai" and len(remote.tokenizer) == len(smollm.tokenizer)
+    assert remote.describe()["placement"] == remote.describe()["runtime"] == "openai"
+    assert len(remote.tokenizer) == len(smollm.tokenizer)
     outcome = {}
 
     def local():

@@ -4,15 +4,10 @@ import random
 
 import pytest
 import torch
+from passes import full_forward
 from tiny_models import char_tokenizer, tiny_model
 
 from safe_engine.runtime.session import ModelSession, common_prefix
-
-
-def full_forward(lm, ids, starts):
-    with torch.inference_mode():
-        logits = lm.model(torch.tensor([ids])).logits[0].float()
-    return torch.stack([logits[t - 1] for t in starts])
 
 
 @pytest.fixture(scope="module", params=["llama", "gemma3"])

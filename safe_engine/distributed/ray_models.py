@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 
 from ..models.loading import LoadedModel, LoadOptions, load_model
 from ..models.specs import resolve_spec
+from ..runtime.executors import RuntimePath
 from ..runtime.session import ForwardStats
 from .ray_cluster import (
     LOAD_TIMEOUT_S,
@@ -52,6 +53,7 @@ class HostedModel:
     dtype: object
     int8: bool
     cpu_linear: str | None
+    runtime: RuntimePath  # the actor's path: the KV slots or its own cache
 
 
 class ModelHost(Replica):
@@ -66,7 +68,7 @@ class ModelHost(Replica):
         self.ready()
         lm = self._lm
         return HostedModel(
-            lm.name, lm.tokenizer, lm.model.config, lm.eos_ids, lm.device, lm.dtype, lm.int8, lm.cpu_linear
+            lm.name, lm.tokenizer, lm.model.config, lm.eos_ids, lm.device, lm.dtype, lm.int8, lm.cpu_linear, lm.runtime
         )
 
     def next_token_logits(self, session_id: str, ids: list[int], starts: list[int], forget: int | None, first: bool):
@@ -207,6 +209,7 @@ def load_ray_model(spec: str, options: LoadOptions = LoadOptions(), progress=Non
         eos_ids=hosted.eos_ids,
         int8=hosted.int8,
         cpu_linear=hosted.cpu_linear,
+        runtime=hosted.runtime,
         actor=actor,
         placement=placement,
     )

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from functools import cache, cached_property
 
 from ..contract.errors import ModelLoadError
+from ..runtime.executors import OWN_CACHE, RuntimePath, runtime_path
 from ..tokenization.alignment import EOS_KEY, TokenBytes, special_ids
 from .embedded import Progress, ensure_converted
 from .specs import ResolvedSpec, resolve_spec, scheme_of
@@ -84,6 +85,7 @@ class LoadedModel:
     eos_ids: frozenset[int] = field(default_factory=frozenset)
     int8: bool = False
     cpu_linear: str | None = None  # the fp32 linears' form on the CPU (cpu_linear.py); None off the CPU or under int8
+    runtime: RuntimePath = RuntimePath()  # the KV-slot batching runtime, or one run at a time on its own cache
 
     @cached_property
     def vocab(self) -> TokenBytes:
@@ -132,6 +134,8 @@ class LoadedModel:
             "device": self.device,
             "dtype": "int8" if self.int8 else str(self.dtype).replace("torch.", ""),
             **({"cpu_linear": self.cpu_linear} if self.cpu_linear else {}),
+            "runtime": self.runtime.name,
+            **({"runtime_reason": self.runtime.reason} if self.runtime.reason else {}),
             # int8 weights or an int8 head: logits off the fp32 computation, so tokens may differ from the reference
             "approximate": self.int8 or self.cpu_linear in APPROXIMATE_CPU_LINEAR,
             "vocab_size": len(self.tokenizer),
@@ -221,7 +225,7 @@ def load_model(spec: str, options: LoadOptions = LoadOptions(), progress: Progre
         cpu_linear = options.cpu_linear
         install_cpu_linear(model, cpu_linear)
     _mask_rows_past_tokenizer(model, len(tokenizer))
-    return LoadedModel(
+    lm = LoadedModel(
         spec=resolved,
         name=resolved.short_name,
         model=model,
@@ -233,6 +237,10 @@ def load_model(spec: str, options: LoadOptions = LoadOptions(), progress: Progre
         int8=options.cpu_int8,
         cpu_linear=cpu_linear,
     )
+    lm.runtime = runtime_path(lm)
+    if progress and lm.runtime.name == OWN_CACHE:
+        progress(f"{lm.name} runs one run at a time on transformers' cache: {lm.runtime.reason}")
+    return lm
 
 
 @cache  # the app loads its models once per run: count each once

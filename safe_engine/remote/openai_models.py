@@ -40,7 +40,8 @@ class RemoteModel(LoadedModel):
         return OpenAISession(self)
 
     def describe(self) -> dict:
-        return super().describe() | {"placement": "openai", "url": self.client.base_url, "approximate": True}
+        described = super().describe() | {"placement": "openai", "url": self.client.base_url, "approximate": True}
+        return described | {"runtime": "openai"}  # the server's engine computes, not this process's runtime
 
 
 def load_openai_model(spec: str, options: LoadOptions = LoadOptions(), progress=None) -> RemoteModel:

@@ -4,7 +4,8 @@
 is) drives for a model loaded in this process: it packs the new tokens of every row into one forward pass
 without padding, each row reading and writing its own `KVSlot` (`kv_slots.py`), and keeps closed runs'
 slots for the next run whose prompt starts the same way. One executor per model weights and scheduler
-(`model_executor`), shared by every run on that scheduler.
+(`executors.model_executor`, which serves a model the KV slots cannot hold on its own cache instead),
+shared by every run on that scheduler.
 """
 
 from __future__ import annotations
@@ -22,11 +23,6 @@ if TYPE_CHECKING:  # the runtime serves loaded models; it never loads one
     from ..models.loading import LoadedModel
 
 _PLACEHOLDER_MASK = torch.ones(1, 1, 1, 1, dtype=torch.bool)  # a prepared 4D mask stops transformers building one
-
-
-def model_executor(scheduler: Scheduler, lm: LoadedModel) -> ModelExecutor:
-    """The scheduler's batching executor for the model's weights (made on first use)."""
-    return scheduler.executor(lm.model, lambda: ModelExecutor(scheduler, lm))
 
 
 class ModelExecutor(Executor):

@@ -143,7 +143,8 @@ def _slot_attention(base, sdpa: bool, module, query, key, value, attention_mask,
 
 def install_slot_attention(model) -> None:
     """Route the model's attention through `_slot_attention` (once). Models outside transformers'
-    attention interface (scripted test models) read `slot_batch` themselves, or fail the pass's check."""
+    attention interface (scripted test models) read `slot_batch` themselves, or fail the pass's check;
+    `executors.runtime_path` keeps every other such model off the KV slots."""
     config = getattr(model, "config", None)
     current = getattr(config, "_attn_implementation", None)
     if current is None or current.startswith(_PREFIX):
@@ -172,4 +173,7 @@ def _eager_attention(model):
         found = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
         if found is not None:
             return found
-    raise ValueError(f"{type(model).__name__} has no eager attention function to batch")
+    raise ValueError(
+        f"{type(model).__name__}'s attention does not go through transformers' attention interface "
+        "(its modeling code has no eager attention function to wrap)"
+    )

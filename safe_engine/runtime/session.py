@@ -7,7 +7,9 @@ from memory, so a drafted token that survives a round is never recomputed.
 
 The feeding goes through the model's batching executor (`batching.py`), as the session's scheduler
 (`scheduler.py`) decides: whatever other runs wait on the same model at the same moment share the pass,
-each with its own slot (`kv_slots.py`); a run alone is a pass of one. Close a session (or use it as a
+each with its own slot (`kv_slots.py`); a run alone is a pass of one. A model the KV slots cannot hold
+(`executors.py` decides when it loads) runs one run at a time on transformers' own cache instead
+(`own_cache.py`); the session is the same. Close a session (or use it as a
 context manager) to hand its slot back: a later run whose prompt starts with the same tokens (a chat
 template's system turn, a benchmark's instructions, few-shot examples) adopts that slot and feeds only
 the rest.
@@ -21,8 +23,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .batching import model_executor
+from .executors import model_executor
 from .kv_slots import KVSlot, common_prefix
+from .own_cache import OwnCache
 from .scheduler import SCHEDULER, ActiveRun, Request, Scheduler
 
 if TYPE_CHECKING:  # the runtime serves loaded models; it never loads one
@@ -70,15 +73,16 @@ class ModelSession:
         self._memo: dict[int, torch.Tensor] = {}  # start index -> logits (fp32, CPU)
         self.scheduler = scheduler
         self.executor = model_executor(scheduler, lm)
-        self._slot: KVSlot | None = None  # taken at the first feed, when the prompt is known
+        self._slot: KVSlot | OwnCache | None = None  # taken at the first feed, when the prompt is known
         self._closed = False
         self._run = run
         self._run.attach(self)
         self._vocab_size = getattr(getattr(lm.model, "config", None), "vocab_size", None)
 
     @property
-    def slot(self) -> KVSlot | None:
-        """The run's KV slot on this model: taken at the first feed, handed back at `close`."""
+    def slot(self) -> KVSlot | OwnCache | None:
+        """The run's KV slot on this model (its own cache, off the KV slots): taken at the first feed, handed
+        back at `close`."""
         return self._slot
 
     def __enter__(self) -> ModelSession:

@@ -1,0 +1,151 @@
+"""Which executor serves a model, decided once when it loads: the KV-slot batching runtime where it gives the
+model's own logits, else one run at a time on transformers' own cache, else a refusal with a message.
+
+The KV slots (`kv_slots.py`) replace attention, so they hold a model exactly when every layer's state is
+the keys and values its attention writes through transformers' attention interface. `runtime_path`
+checks that in three steps, cheapest first:
+
+1. the layer kinds transformers' cache would lay out for the model (`layer_types`): only full and
+   sliding-window attention fit; a recurrent, convolution or linear-attention state (Qwen3-Next, Jamba,
+   Falcon-H1), layers that reuse another layer's keys (Gemma 3n) or chunked attention (Llama 4) do not;
+2. the attention goes through the interface: `install_slot_attention` finds what to wrap (Bloom's and
+   GPT-J's modeling code has no attention function to wrap);
+3. a probe: two rows fed in two passes each, the second at an offset as a decode step is, through the
+   batching executor itself; every layer must write each row's slot in every pass (Falcon's attention code
+   of its own writes none) and the logits must be the model's own full forward's (within `PROBE_TOLERANCE`:
+   sums in another order pass; not compared under `--cpu-int8`, whose activations are quantized per pass).
+
+A model that fails any step runs on its own cache (`own_cache.py`), checked by a probe of its own; a model
+that takes no transformers cache at all (Mamba, RWKV: state-space and recurrent models) is refused.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from ..contract.errors import ModelLoadError
+from .batching import ModelExecutor
+from .own_cache import OwnCacheExecutor
+from .scheduler import ActiveRun, Executor, Request, Scheduler
+
+if TYPE_CHECKING:  # the runtime serves loaded models; it never loads one
+    from ..models.loading import LoadedModel
+
+KV_SLOTS = "kv-slots"
+OWN_CACHE = "own-cache"
+SLOT_LAYER_TYPES = frozenset({"full_attention", "sliding_attention"})
+# Largest |difference| from the model's own forward, relative to its largest |logit|, that the probe accepts.
+# Measured on the tiny models of tests/architectures.py: 0 to 5e-7 in fp32 (sums in another order), 0 in bf16;
+# rows given wrong positions in a shared pass: 0.99.
+PROBE_TOLERANCE = {torch.float32: 1e-3, torch.bfloat16: 0.05, torch.float16: 0.05}
+_PROBE_ROWS = ([5, 9, 14, 20, 27, 35, 44], [6, 11, 17, 24])  # taken modulo the vocabulary (`_probe_rows`)
+_PROBE_SPLITS = (4, 2)  # each row's first pass feeds this many ids, the second the rest
+
+
+@dataclass(frozen=True)
+class RuntimePath:
+    """How a loaded model computes: `name` is KV_SLOTS or OWN_CACHE; `reason` says why not the KV slots."""
+
+    name: str = KV_SLOTS
+    reason: str = ""
+
+
+def model_executor(scheduler: Scheduler, lm: LoadedModel) -> Executor:
+    """The scheduler's executor for the model's weights (made on first use), of the kind its path names."""
+    kind = OwnCacheExecutor if lm.runtime.name == OWN_CACHE else ModelExecutor
+    return scheduler.executor(lm.model, lambda: kind(scheduler, lm))
+
+
+def runtime_path(lm: LoadedModel) -> RuntimePath:
+    """The path the model takes (module docstring); raises ModelLoadError for a model no path runs."""
+    model = lm.model
+    config = getattr(model, "config", None)
+    if getattr(config, "_attn_implementation", None) is None:
+        return RuntimePath()  # not a transformers model (scripted test models read the slots themselves)
+    if "past_key_values" not in inspect.signature(model.forward).parameters:
+        raise ModelLoadError(
+            f"{lm.name} is a {config.model_type!r} model, whose state (a state-space or recurrent model's) lives "
+            "outside transformers' cache: neither the batched runtime nor transformers' cache can run it here"
+        )
+    reason = _slot_misfit(lm)
+    if reason is None:
+        return RuntimePath()
+    try:
+        _probe_own_cache(lm)
+    except Exception as exc:
+        raise ModelLoadError(f"{lm.name} cannot run here ({reason}; on its own cache: {_first_line(exc)})") from exc
+    return RuntimePath(OWN_CACHE, reason)
+
+
+def _slot_misfit(lm: LoadedModel) -> str | None:
+    """Why the KV slots cannot hold the model, or None when they give its own logits (steps 1-3)."""
+    from transformers.cache_utils import get_layer_types_and_kwargs
+
+    config = lm.model.config
+    layer_types, _ = get_layer_types_and_kwargs(config.get_text_config(decoder=True))
+    others = sorted(set(layer_types) - SLOT_LAYER_TYPES)
+    if others:
+        return f"its layers of kind {', '.join(others)} keep what the KV slots do not hold"
+    original = config._attn_implementation
+    try:
+        reason = _probe_slots(lm, len(layer_types))
+    except Exception as exc:  # the attention cannot be wrapped, or the model fails inside a batched pass
+        reason = _first_line(exc)
+    if reason is not None:
+        config._attn_implementation = original  # its own attention back, as loaded
+    return reason
+
+
+def _probe_slots(lm: LoadedModel, layers: int) -> str | None:
+    scheduler = Scheduler()  # the probe's own: no run in the process sees it
+    executor = ModelExecutor(scheduler, lm)
+    rows = _probe_rows(lm)
+    slots = [executor.take_slot()[0] for _ in rows]
+    for second in (False, True):
+        batch = []
+        for ids, split, slot in zip(rows, _PROBE_SPLITS, slots):
+            begin, end = (split, len(ids)) if second else (0, split)
+            batch.append(Request(ActiveRun(scheduler), slot, begin, ids[begin:end], list(range(end - begin))))
+        executor.run_pass(batch)
+        written = [slot.layers_written for slot in slots]
+        if written != [layers] * len(slots):
+            return f"its attention wrote the KV slots in {min(written)} of its {layers} layers"
+    if lm.int8:  # activations quantized per pass: a row's logits depend on what shares it, by design
+        return None
+    tolerance = PROBE_TOLERANCE.get(next(lm.model.parameters()).dtype, max(PROBE_TOLERANCE.values()))
+    for ids, split, request in zip(rows, _PROBE_SPLITS, batch):
+        with torch.inference_mode():
+            own = lm.model(torch.tensor([ids], device=lm.device)).logits[0, split:].float().cpu()
+        finite = torch.isfinite(own)  # rows past the tokenizer are -inf in both (loading.py masks them)
+        if not torch.equal(finite, torch.isfinite(request.logits)):
+            return "its logits through the KV slots are not finite where its own forward's are"
+        worst = float((request.logits - own)[finite].abs().max() / own[finite].abs().max())
+        if not worst <= tolerance:
+            return f"its logits through the KV slots differ from its own forward's (by {worst:.2g} of the largest)"
+    return None
+
+
+def _probe_own_cache(lm: LoadedModel) -> None:
+    """Feed a few ids, roll back one and feed two more on transformers' cache: raises if the model cannot."""
+    scheduler = Scheduler()
+    executor = OwnCacheExecutor(scheduler, lm)
+    state, _ = executor.take_slot()
+    ids = _probe_rows(lm)[0]
+    for offset, chunk in ((0, ids[:4]), (3, ids[3:5])):
+        executor.run_pass([Request(ActiveRun(scheduler), state, offset, chunk, [len(chunk) - 1])])
+    executor.release(state)
+
+
+def _probe_rows(lm: LoadedModel) -> list[list[int]]:
+    """The probe's ids inside the model's vocabulary (a test model's may hold 30 tokens)."""
+    size = len(lm.tokenizer)
+    return [[i % size for i in row] for row in _PROBE_ROWS]
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
