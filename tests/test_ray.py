@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from ci import IN_CI
 from tiny_models import tiny_model_folder, unigram_tokenizer
 
 from safe_engine import cli
@@ -32,7 +33,7 @@ from safe_engine.strategies.decoding import DecodeConfig, decode
 try:
     import ray
 except ImportError:
-    if os.environ.get("SAFE_STUDIO_CI"):
+    if IN_CI:
         raise
     pytest.skip("Ray is not installed (pip install -r requirements-ray.txt)", allow_module_level=True)
 

@@ -14,13 +14,14 @@ from dataclasses import astuple, replace
 from pathlib import Path
 
 import pytest
+from ci import skip_or_fail
 
 from safe_engine.contract.events import TextCommitted
 from safe_engine.models.loading import load_model
 from safe_engine.orchestration.comparison import summarize
 from safe_engine.remote.http_client import RemoteError
 from safe_engine.strategies.decoding import DecodeConfig, decode
-from scripts.vllm_serve import serving
+from scripts.vllm_serve import VLLM_PYTHON, serving
 
 pytestmark = [pytest.mark.vllm, pytest.mark.real_models]
 PROMPT = "The capital of Madagascar is"
@@ -35,6 +36,8 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
+    if not Path(VLLM_PYTHON).is_file():
+        skip_or_fail(f"no vLLM at {VLLM_PYTHON} (bash scripts/setup.sh --vllm)")
     with serving({"gemma-3-270m": _free_port()}, tmp_path_factory.mktemp("vllm")) as servers:
         yield servers["gemma-3-270m"]
 
