@@ -1,11 +1,12 @@
-"""The same runs in-process and with the drafter behind vLLM: share of identical tokens, each difference explained.
+"""The same runs in-process and with models behind vLLM: share of identical tokens, each difference explained.
 
-    python -m benchmarks.remote_vs_local [--url http://127.0.0.1:8011/v1] [--max-new-tokens 32] [--out out/remote.json]
+    python -m benchmarks.remote_vs_local [--served pair|gemma] [--max-new-tokens 32] [--out out/remote.json]
 
-Gemma-3-270M drafts and SmolLM2-135M verifies, as in the default pair; the remote runs put Gemma behind a vLLM
-server (``openai:URL#gemma``; started here with scripts/vllm_serve.py unless --url names a running one) and keep
-SmolLM2 in-process. For each of the 20 speed prompts (benchmarks/safe_speed.py) and each strategy (SAFE,
-per-token, single; greedy), the committed token ids are compared. Where they differ, the first differing
+Gemma-3-270M drafts and SmolLM2-135M verifies, as in the default pair. The remote runs put both behind vLLM
+servers (``--served pair``: ``openai:URL#gemma`` and ``openai:URL#smollm2``, one server each, started here with
+scripts/vllm_serve.py) or only Gemma, with SmolLM2 in-process (``--served gemma``). For each of the 20 speed
+prompts (benchmarks/safe_speed.py) and each strategy (SAFE, per-token, single; greedy), the committed token ids
+and each token's decision are compared. Where the ids differ, the first differing
 position is explained by Gemma's own top-2 margin there in both engines: a margin near zero is a near-tie that
 the two engines' float sums break differently; a wide margin with the same top token in both engines points at
 the ensemble (the union's approximation, docs/models.md "Remote models").
@@ -24,6 +25,7 @@ from safe_engine.contract.events import TextCommitted
 from safe_engine.models.cache import load_models
 from safe_engine.models.loading import LoadOptions, load_model
 from safe_engine.strategies.decoding import DecodeConfig, decode
+from scripts.vllm_serve import served_name, serving
 
 STRATEGIES = ("safe", "per-token", "single")
 
@@ -60,47 +62,54 @@ def explain(local_gemma, remote_gemma, prompt: str, local: list[int], remote: li
     }
 
 
-def measure(url: str, max_new_tokens: int) -> dict:
+SERVED = {"pair": ("gemma-3-270m", "smollm2-135m-instruct"), "gemma": ("gemma-3-270m",)}
+PORTS = {"gemma-3-270m": 8011, "smollm2-135m-instruct": 8012}
+
+
+def measure(urls: dict[str, str], max_new_tokens: int) -> dict:
+    """`urls`: embedded model -> the API root serving it; the others run in-process in the remote runs too."""
     gemma, smollm = load_models(["embedded:gemma-3-270m", "embedded:smollm2-135m-instruct"], LoadOptions())
-    remote = load_model(f"openai:{url}#gemma")
-    report = {"url": url, "max_new_tokens": max_new_tokens, "strategies": {}}
+    remote, remote_smollm = (
+        load_model(f"openai:{urls[name]}#{served_name(name)}") if name in urls else local
+        for name, local in (("gemma-3-270m", gemma), ("smollm2-135m-instruct", smollm))
+    )
+    report = {"served": sorted(urls.values()), "max_new_tokens": max_new_tokens, "strategies": {}}
     for strategy in STRATEGIES:
         config = DecodeConfig(strategy=strategy, max_new_tokens=max_new_tokens, damage_kl_steps=0)
-        rows, differences, seconds = 0, [], {"in_process": 0.0, "remote": 0.0}
+        same_ids, same_decisions, differences = 0, 0, []
+        seconds = {"in_process": 0.0, "remote": 0.0}
         for prompt in KEPT + HARD:
             local, decisions, local_s = committed([gemma, smollm], prompt, config)
-            served, _, remote_s = committed([remote, smollm], prompt, config)
+            served, served_decisions, remote_s = committed([remote, remote_smollm], prompt, config)
             seconds["in_process"] += local_s
             seconds["remote"] += remote_s
-            if local == served:
-                rows += 1
-            else:
+            same_ids += local == served
+            same_decisions += decisions == served_decisions
+            if local != served:
                 differences.append(explain(gemma, remote, prompt, local, served, decisions))
             same = "same" if local == served else f"DIFFERS {differences[-1]}"
-            print(strategy, f"{local_s:.1f} s in process, {remote_s:.1f} s remote:", same, flush=True)
+            decided = "same decisions" if decisions == served_decisions else "OTHER DECISIONS"
+            print(strategy, f"{local_s:.1f} s in process, {remote_s:.1f} s remote:", same, decided, flush=True)
         report["strategies"][strategy] = {
-            "identical": rows,
+            "identical_ids": same_ids,
+            "identical_decisions": same_decisions,
             "prompts": len(KEPT + HARD),
             "seconds": {k: round(v, 1) for k, v in seconds.items()},
             "differences": differences,
         }
-        print(strategy, rows, "of", len(KEPT + HARD), "identical", seconds, flush=True)
+        print(strategy, same_ids, "ids and", same_decisions, "decisions of", len(KEPT + HARD), seconds, flush=True)
     return report
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--url", help="a running vLLM server for Gemma (default: start one on port 8011)")
+    parser.add_argument("--served", choices=SERVED, default="pair", help="the models behind servers (default: pair)")
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    from scripts.vllm_serve import serving
-
-    if args.url:
-        write_json(measure(args.url, args.max_new_tokens), args.out)
-        return
-    with serving({"gemma-3-270m": 8011}) as servers:
-        write_json(measure(servers["gemma-3-270m"].url, args.max_new_tokens), args.out)
+    with serving({name: PORTS[name] for name in SERVED[args.served]}) as servers:
+        urls = {name: server.url for name, server in servers.items()}
+        write_json(measure(urls, args.max_new_tokens), args.out)
 
 
 if __name__ == "__main__":
