@@ -88,7 +88,8 @@ OWN_CACHE_FAMILIES = _by_name(
             drops=("num_key_value_heads", "intermediate_size", "max_position_embeddings")),
     _family("lfm2", "Lfm2Config", seed=1, layer_types=["conv", "full_attention"]),
 )  # fmt: skip
-# A state-space model: it takes no transformers cache at all, so it is refused at load.
+# A state-space model: its cache steps one token at a time, so a chunk fed after a start gets wrong logits; the
+# own-cache probe sees it and the model is refused at load.
 REFUSED_FAMILIES = _by_name(
     _family("mamba", "MambaConfig",
             drops=("num_attention_heads", "num_key_value_heads", "intermediate_size", "max_position_embeddings")),

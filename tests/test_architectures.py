@@ -8,8 +8,11 @@ through the runtime under the default numerics, each checked against transformer
 - SAFE and per-token between families with different tokenizers (Gemma 3 with Gemma's, GPT-NeoX and Mistral
   with SmolLM2's) give the tokens they give on transformers' own cache, alone and in a batch.
 - Real families the KV slots cannot hold (Falcon and Bloom: attention code of their own; LFM2: a convolution
-  state) run one run at a time on their own cache, with transformers' tokens; a state-space model (Mamba)
-  is refused at load with a message.
+  state) run one run at a time on their own cache, with transformers' tokens.
+- What decides is what a model does in the probes, never a parameter's name: a state-space model (Mamba), whose
+  cache gets a chunk wrong, and a model whose forward takes no cache are refused at load with a message that says
+  why; a transformers that named the cache in a way the runtime does not know is named as the cause, not the
+  model.
 """
 
 from __future__ import annotations
@@ -238,12 +241,60 @@ def test_safe_and_per_token_across_tokenizers_give_transformers_cache_tokens(loa
 
 
 @pytest.mark.parametrize("name", list(REFUSED_FAMILIES))
-def test_a_state_space_model_is_refused_at_load_with_a_message(folders, capsys, name):
-    with pytest.raises(ModelLoadError, match="state-space or recurrent model.*neither the batched runtime"):
+def test_a_state_space_model_is_refused_at_load_with_what_its_cache_got_wrong(folders, capsys, name):
+    pattern = "kind linear_attention keep what the KV slots do not hold; on its own cache: its logits on its own"
+    with pytest.raises(ModelLoadError, match=f"{name} cannot run here .*{pattern} cache differ from its own forward"):
         load(folders[name])
     assert main(["generate", "--prompt", "hi", "--models", str(folders[name]), "--strategy", "single"]) == 2
     err = capsys.readouterr().err  # transformers' progress bars, then one line
-    assert err.splitlines()[-1].startswith("error: ") and "'mamba' model" in err and "Traceback" not in err
+    assert err.splitlines()[-1].startswith("error: ") and "cannot run here" in err and "Traceback" not in err
+
+
+def test_a_model_whose_forward_takes_no_cache_is_refused_at_load_with_a_message(folders, capsys, monkeypatch):
+    """Falcon's forward stripped of its cache argument (as code that never caches would be): off the KV slots
+    (attention code of its own) and unable to keep a cache, it is refused, and the message says why."""
+    from transformers import FalconForCausalLM
+
+    original = FalconForCausalLM.forward
+
+    def uncached(self, input_ids=None, attention_mask=None, position_ids=None, use_cache=None, logits_to_keep=0):
+        return original(self, input_ids, attention_mask, position_ids=position_ids, logits_to_keep=logits_to_keep)
+
+    monkeypatch.setattr(FalconForCausalLM, "forward", uncached)
+    refused = r"falcon cannot run here \(.*; on its own cache: FalconForCausalLM.forward takes no cache"
+    with pytest.raises(ModelLoadError, match=refused):
+        load(folders["falcon"])
+    assert main(["generate", "--prompt", "hi", "--models", str(folders["falcon"]), "--strategy", "single"]) == 2
+    err = capsys.readouterr().err  # transformers' progress bars, then one line
+    assert err.splitlines()[-1].startswith("error: ") and "takes no cache" in err and "Traceback" not in err
+
+
+def test_a_transformers_that_renamed_the_cache_again_is_named_as_the_cause(folders, capsys, monkeypatch):
+    """A version whose outputs call the cache by a name the runtime has never seen: a model off the KV slots is
+    refused with the version and what it lacks, not blamed itself."""
+    import transformers
+    from transformers import modeling_outputs
+
+    from safe_engine.runtime import transformers_api
+
+    @dataclasses.dataclass
+    class Renamed(modeling_outputs.ModelOutput):
+        logits: torch.Tensor | None = None
+        kv_state: object = None
+
+    monkeypatch.setattr(modeling_outputs, "CausalLMOutputWithPast", Renamed)
+    transformers_api.installed_cache_name.cache_clear()
+    try:
+        with pytest.raises(transformers_api.UnsupportedTransformers) as refused:
+            load(folders["bloom"])
+        assert main(["generate", "--prompt", "hi", "--models", str(folders["bloom"]), "--strategy", "single"]) == 2
+    finally:
+        transformers_api.installed_cache_name.cache_clear()
+    message = str(refused.value)
+    assert message.startswith(f"transformers {transformers.__version__} names a causal LM's cache none of cache")
+    assert message.endswith("this version is not supported") and "bloom" not in message.lower()
+    assert capsys.readouterr().err.splitlines()[-1] == f"error: {message}"
+    assert load(folders["llama"]).runtime.name == KV_SLOTS  # the KV slots take no cache from transformers
 
 
 def test_a_layer_writing_no_slot_sends_the_model_to_its_own_cache(folders, references):
@@ -261,20 +312,21 @@ def test_a_layer_writing_no_slot_sends_the_model_to_its_own_cache(folders, refer
 
 
 def test_a_model_that_loses_its_positions_in_a_shared_pass_runs_on_its_own_cache(folders, monkeypatch):
-    """A Llama whose rotary embedding counts positions itself, from 0 in each forward, as code that ignores
-    `position_ids` would: alone it is consistent, but packed rows get another row's positions. Only the
-    probe's logits see it."""
+    """A Llama whose rotary embedding counts positions on from the first of its forward, as code that takes a
+    forward for one sequence would: alone it is right, but a packed row's positions run on from the row before.
+    Only the probe's logits see it."""
     from transformers.models.llama import modeling_llama
 
     original = modeling_llama.LlamaRotaryEmbedding.forward
 
     def counted_here(self, x, position_ids):
-        return original(self, x, torch.arange(position_ids.shape[-1], device=x.device)[None])
+        counted = position_ids[..., :1] + torch.arange(position_ids.shape[-1], device=x.device)[None]
+        return original(self, x, counted)
 
     monkeypatch.setattr(modeling_llama.LlamaRotaryEmbedding, "forward", counted_here)
     lm = load(folders["llama"])
     assert lm.runtime.name == OWN_CACHE and "differ from its own forward's" in lm.runtime.reason
     ref = transformers_greedy(folders["llama"], lm.encode_prompt(PROMPT), "float32")
-    assert min(ref.margins) >= FP32_MARGIN  # (it loops: every step feeds position 0 to its rotary embedding)
+    assert min(ref.margins) >= FP32_MARGIN
     alone, batched = single_alone_and_in_a_batch(lm, ref)
     assert generated(alone) == generated(batched) == ref.tokens

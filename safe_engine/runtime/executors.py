@@ -15,13 +15,15 @@ checks that in three steps, cheapest first:
    of its own writes none) and the logits must be the model's own full forward's (within `PROBE_TOLERANCE`:
    sums in another order pass; not compared under `--cpu-int8`, whose activations are quantized per pass).
 
-A model that fails any step runs on its own cache (`own_cache.py`), checked by a probe of its own; a model
-that takes no transformers cache at all (Mamba, RWKV: state-space and recurrent models) is refused.
+A model that fails any step runs on its own cache (`own_cache.py`) if a probe of its own passes there: a start,
+a continuation and a rollback, each pass's logits the model's own full forward's. A model that fails it too
+(a forward that takes no cache; Mamba, whose cache steps one token at a time and gets a chunk wrong) is refused
+with what stopped it. What decides is what the model does in these probes, never a parameter's name; how the
+cache is handed to transformers, in each version it has, is `transformers_api.py`'s business.
 """
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -31,6 +33,7 @@ from ..contract.errors import ModelLoadError
 from .batching import ModelExecutor
 from .own_cache import OwnCacheExecutor
 from .scheduler import ActiveRun, Executor, Request, Scheduler
+from .transformers_api import UnsupportedTransformers, layer_types
 
 if TYPE_CHECKING:  # the runtime serves loaded models; it never loads one
     from ..models.loading import LoadedModel
@@ -44,6 +47,7 @@ SLOT_LAYER_TYPES = frozenset({"full_attention", "sliding_attention"})
 PROBE_TOLERANCE = {torch.float32: 1e-3, torch.bfloat16: 0.05, torch.float16: 0.05}
 _PROBE_ROWS = ([5, 9, 14, 20, 27, 35, 44], [6, 11, 17, 24])  # taken modulo the vocabulary (`_probe_rows`)
 _PROBE_SPLITS = (4, 2)  # each row's first pass feeds this many ids, the second the rest
+_OWN_CACHE_PASSES = ((0, 3), (3, 5), (4, 7))  # [begin, end) of the first row's ids: a start, two more, a rollback
 
 
 @dataclass(frozen=True)
@@ -62,20 +66,16 @@ def model_executor(scheduler: Scheduler, lm: LoadedModel) -> Executor:
 
 def runtime_path(lm: LoadedModel) -> RuntimePath:
     """The path the model takes (module docstring); raises ModelLoadError for a model no path runs."""
-    model = lm.model
-    config = getattr(model, "config", None)
+    config = getattr(lm.model, "config", None)
     if getattr(config, "_attn_implementation", None) is None:
         return RuntimePath()  # not a transformers model (scripted test models read the slots themselves)
-    if "past_key_values" not in inspect.signature(model.forward).parameters:
-        raise ModelLoadError(
-            f"{lm.name} is a {config.model_type!r} model, whose state (a state-space or recurrent model's) lives "
-            "outside transformers' cache: neither the batched runtime nor transformers' cache can run it here"
-        )
     reason = _slot_misfit(lm)
     if reason is None:
         return RuntimePath()
     try:
         _probe_own_cache(lm)
+    except UnsupportedTransformers:
+        raise  # the library's change, not the model's
     except Exception as exc:
         raise ModelLoadError(f"{lm.name} cannot run here ({reason}; on its own cache: {_first_line(exc)})") from exc
     return RuntimePath(OWN_CACHE, reason)
@@ -83,16 +83,16 @@ def runtime_path(lm: LoadedModel) -> RuntimePath:
 
 def _slot_misfit(lm: LoadedModel) -> str | None:
     """Why the KV slots cannot hold the model, or None when they give its own logits (steps 1-3)."""
-    from transformers.cache_utils import get_layer_types_and_kwargs
-
     config = lm.model.config
-    layer_types, _ = get_layer_types_and_kwargs(config.get_text_config(decoder=True))
-    others = sorted(set(layer_types) - SLOT_LAYER_TYPES)
+    kinds = layer_types(config)
+    others = sorted(set(kinds) - SLOT_LAYER_TYPES)
     if others:
         return f"its layers of kind {', '.join(others)} keep what the KV slots do not hold"
     original = config._attn_implementation
     try:
-        reason = _probe_slots(lm, len(layer_types))
+        reason = _probe_slots(lm, len(kinds))
+    except UnsupportedTransformers:
+        raise
     except Exception as exc:  # the attention cannot be wrapped, or the model fails inside a batched pass
         reason = _first_line(exc)
     if reason is not None:
@@ -114,30 +114,46 @@ def _probe_slots(lm: LoadedModel, layers: int) -> str | None:
         written = [slot.layers_written for slot in slots]
         if written != [layers] * len(slots):
             return f"its attention wrote the KV slots in {min(written)} of its {layers} layers"
-    if lm.int8:  # activations quantized per pass: a row's logits depend on what shares it, by design
-        return None
-    tolerance = PROBE_TOLERANCE.get(next(lm.model.parameters()).dtype, max(PROBE_TOLERANCE.values()))
     for ids, split, request in zip(rows, _PROBE_SPLITS, batch):
-        with torch.inference_mode():
-            own = lm.model(torch.tensor([ids], device=lm.device)).logits[0, split:].float().cpu()
-        finite = torch.isfinite(own)  # rows past the tokenizer are -inf in both (loading.py masks them)
-        if not torch.equal(finite, torch.isfinite(request.logits)):
-            return "its logits through the KV slots are not finite where its own forward's are"
-        worst = float((request.logits - own)[finite].abs().max() / own[finite].abs().max())
-        if not worst <= tolerance:
-            return f"its logits through the KV slots differ from its own forward's (by {worst:.2g} of the largest)"
+        reason = _unlike_own_forward(lm, ids[:split], ids[split:], request.logits, "through the KV slots")
+        if reason is not None:
+            return reason
     return None
 
 
 def _probe_own_cache(lm: LoadedModel) -> None:
-    """Feed a few ids, roll back one and feed two more on transformers' cache: raises if the model cannot."""
+    """Feed a few ids, continue with two more, roll back one and feed three on transformers' cache, as a run
+    does; raises if the model cannot, or if any pass's logits are not its own full forward's (a state-space
+    model's cache that only steps one token at a time gets a chunk wrong)."""
     scheduler = Scheduler()
     executor = OwnCacheExecutor(scheduler, lm)
     state, _ = executor.take_slot()
     ids = _probe_rows(lm)[0]
-    for offset, chunk in ((0, ids[:4]), (3, ids[3:5])):
-        executor.run_pass([Request(ActiveRun(scheduler), state, offset, chunk, [len(chunk) - 1])])
-    executor.release(state)
+    try:
+        for begin, end in _OWN_CACHE_PASSES:
+            request = Request(ActiveRun(scheduler), state, begin, ids[begin:end], list(range(end - begin)))
+            executor.run_pass([request])
+            reason = _unlike_own_forward(lm, ids[:begin], ids[begin:end], request.logits, "on its own cache")
+            if reason is not None:
+                raise RuntimeError(reason)
+    finally:
+        executor.release(state)
+
+
+def _unlike_own_forward(lm: LoadedModel, before: list[int], fed: list[int], logits, path: str) -> str | None:
+    """Why `logits` (one row per id of `fed`, after `before`) are not the model's own full forward's, or None."""
+    if lm.int8:  # activations quantized per pass: a row's logits depend on what shares it, by design
+        return None
+    tolerance = PROBE_TOLERANCE.get(next(lm.model.parameters()).dtype, max(PROBE_TOLERANCE.values()))
+    with torch.inference_mode():
+        own = lm.model(torch.tensor([before + fed], device=lm.device)).logits[0, len(before) :].float().cpu()
+    finite = torch.isfinite(own)  # rows past the tokenizer are -inf in both (loading.py masks them)
+    if not torch.equal(finite, torch.isfinite(logits)):
+        return f"its logits {path} are not finite where its own forward's are"
+    worst = float((logits - own)[finite].abs().max() / own[finite].abs().max())
+    if not worst <= tolerance:
+        return f"its logits {path} differ from its own forward's (by {worst:.2g} of the largest)"
+    return None
 
 
 def _probe_rows(lm: LoadedModel) -> list[list[int]]:

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .transformers_api import attention_api
+
 GROW_BY = 256  # positions a slot grows by when it runs out of room
 _PREFIX = "safe-slots-"
 
@@ -149,21 +151,18 @@ def install_slot_attention(model) -> None:
     current = getattr(config, "_attn_implementation", None)
     if current is None or current.startswith(_PREFIX):
         return
-    from transformers import AttentionInterface
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
-
+    api = attention_api()
     base_name = "eager" if current == "eager" else "sdpa"  # other kernels: sdpa per row (flash kernels on CUDA)
     if base_name == "eager":  # each family has its own eager function
         base, name = _eager_attention(model), f"{_PREFIX}eager-{type(model).__module__}"
     else:
-        base, name = sdpa_attention_forward, _PREFIX + "sdpa"
+        base, name = api.sdpa, _PREFIX + "sdpa"
 
     def attention(*args, **kwargs):
         return _slot_attention(base, base_name == "sdpa", *args, **kwargs)
 
-    AttentionInterface.register(name, attention)
-    AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS[base_name])
+    api.attention.register(name, attention)
+    api.masks.register(name, api.mask_functions[base_name])
     config._attn_implementation = name
 
 

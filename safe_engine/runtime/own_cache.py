@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .scheduler import Executor, Request, Scheduler
+from .transformers_api import cache_keyword, croppable, fresh_cache, returned_cache
 
 if TYPE_CHECKING:  # the runtime serves loaded models; it never loads one
     from ..models.loading import LoadedModel
@@ -45,6 +46,7 @@ class OwnCacheExecutor(Executor):
     def __init__(self, scheduler: Scheduler, lm: LoadedModel):
         super().__init__(scheduler, lm.name, str(lm.device))
         self._model = weakref.ref(lm.model)  # the scheduler's registry must not keep a model alive
+        self._cache_keyword = cache_keyword(lm.model)
         self.device = lm.device
         self._open = 0
 
@@ -78,7 +80,7 @@ class OwnCacheExecutor(Executor):
         state: OwnCache = request.slot
         offset, chunk, keep = request.offset, list(request.chunk), list(request.keep)
         if offset < len(state.ids):
-            if _croppable(state.cache):
+            if croppable(state.cache):
                 state.cache.crop(offset - len(state.ids))
                 del state.ids[offset:]
             else:  # the cache cannot go back: feed the kept ids again, into a fresh cache
@@ -86,18 +88,18 @@ class OwnCacheExecutor(Executor):
                 state.cache, state.ids, offset = None, [], 0
         model = self._model()
         if state.cache is None:
-            state.cache = _fresh_cache(model)
+            state.cache = fresh_cache(model)
         clock = self.scheduler.clock
         started = clock()
         with torch.inference_mode():
             out = model(
                 input_ids=torch.tensor([chunk], device=self.device),
-                past_key_values=state.cache,
                 use_cache=True,
                 logits_to_keep=torch.tensor(keep, device=self.device),
+                **({} if state.cache is None else {self._cache_keyword: state.cache}),
             )
         seconds = clock() - started
-        state.cache = out.past_key_values
+        state.cache = returned_cache(out)
         state.ids += chunk
         state.length = len(state.ids)
         kept = out.logits[0]
@@ -105,20 +107,3 @@ class OwnCacheExecutor(Executor):
         request.rows, request.started, request.seconds = 1, started, seconds
         request.logit_bytes = len(keep) * kept.shape[-1] * kept.element_size()
         self.recent_pass_s = seconds if self.recent_pass_s is None else 0.8 * self.recent_pass_s + 0.2 * seconds
-
-
-def _fresh_cache(model):
-    """The cache `generate` would give this model: a `DynamicCache` laid out from its config, or None where
-    the model makes its own (transformers' `_supports_default_dynamic_cache`)."""
-    from transformers import DynamicCache
-
-    if not model._supports_default_dynamic_cache():
-        return None
-    return DynamicCache(config=model.config.get_text_config(decoder=True))
-
-
-def _croppable(cache) -> bool:
-    """Whether the cache can drop its last positions exactly: every layer a plain growing `DynamicLayer`."""
-    from transformers.cache_utils import DynamicCache, DynamicLayer
-
-    return isinstance(cache, DynamicCache) and all(type(layer) is DynamicLayer for layer in cache.layers)
