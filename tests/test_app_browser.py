@@ -8,7 +8,6 @@ render, and the first real run loads (on a fresh machine: converts) the embedded
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ pytest.importorskip("playwright")
 from offline_pages import Offline, offline_context, token_texts  # noqa: E402
 from page_runs import saved_traces  # noqa: E402
 from playwright.sync_api import expect, sync_playwright  # noqa: E402
+from servers import free_port  # noqa: E402
 
 from safe_engine.data import TRACES_DIR  # noqa: E402
 
@@ -47,15 +47,9 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def app_url(tmp_path_factory):
-    port = _free_port()
+    port = free_port()
     log = open(tmp_path_factory.mktemp("app") / "app.log", "w")
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "GRADIO_TEMP_DIR": str(tmp_path_factory.mktemp("gradio"))}
     proc = subprocess.Popen(

@@ -3,13 +3,13 @@ the app launched in this process on tiny models): their runs step together in th
 session gets the output it gets alone, and Stop ends only the run of the session that pressed it."""
 
 import json
-import socket
 import threading
 import time
 from dataclasses import astuple
 from pathlib import Path
 
 import pytest
+from servers import free_port
 from tiny_models import char_tokenizer, tiny_model_folder, unigram_tokenizer
 
 from components.run_stream import sharing_html
@@ -24,12 +24,6 @@ Client = pytest.importorskip("gradio_client").Client
 PROMPTS = ["the cat sat on", "a dog", "on the mat the cat sat at the"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     from components import studio
@@ -40,7 +34,7 @@ def served(tmp_path_factory):
         str(tiny_model_folder(tmp_path_factory.mktemp("b"), unigram_tokenizer(words), seed=2)),
     ]
     demo = studio.build_demo(specs)
-    port = _free_port()
+    port = free_port()
     studio.launch(demo, port=port, prevent_thread_lock=True, quiet=True)
     try:
         yield f"http://127.0.0.1:{port}/", specs

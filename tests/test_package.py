@@ -26,10 +26,8 @@ import json
 import os
 import shutil
 import site
-import socket
 import subprocess
 import sys
-import time
 import tomllib
 import urllib.request
 import zipfile
@@ -40,6 +38,7 @@ import pytest
 from ci import skip_or_fail
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from servers import free_port, stop, wait_until_serving
 from tiny_pair import tiny_pair_folders
 
 from safe_engine.pages.traces import read_trace
@@ -237,12 +236,6 @@ def test_installed_lm_eval_front_door_lists_the_shipped_tasks(venv, outside):
         assert _within(rows[task], venv) and Path(rows[task]).name == yaml_name, rows[task]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _get(url: str) -> tuple[int, str, str]:
     with urllib.request.urlopen(url, timeout=30) as response:
         return response.status, response.headers.get("Content-Type", ""), response.read().decode("utf-8")
@@ -264,21 +257,14 @@ def _event(base: str, fn_index: int, trigger: int, data: list, session: str) -> 
 
 
 def test_installed_studio_serves_its_css_and_replays_a_shipped_trace(venv, outside, tmp_path):
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     with open(tmp_path / "studio.log", "w") as log:
         app = subprocess.Popen(
             [venv / "bin" / "safe-studio", "--port", str(port)], stdout=log, stderr=subprocess.STDOUT, **outside
         )
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                _get(f"{base}/gradio_api/info")
-                break
-            except OSError:
-                assert app.poll() is None and time.monotonic() < deadline, (tmp_path / "studio.log").read_text()
-                time.sleep(0.5)
+        wait_until_serving(f"{base}/gradio_api/info", app, tmp_path / "studio.log")
         status, _, page = _get(f"{base}/")
         assert status == 200 and 'rel="stylesheet"' in page
         # Gradio 6 links its own stylesheet and hands the app's CSS (css_paths) to the page in /config.
@@ -308,11 +294,7 @@ def test_installed_studio_serves_its_css_and_replays_a_shipped_trace(venv, outsi
         page = Path(shown["replay-page"]["value"]["path"]).read_text(encoding="utf-8")  # the installed page files
         assert page.count("<template id=") == 40 and "Plotly" in page
     finally:
-        app.terminate()
-        try:
-            app.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            app.kill()
+        stop(app)
 
 
 @pytest.mark.real_models

@@ -5,7 +5,6 @@ test that kills the server runs last. The full 20-prompt comparison is benchmark
 """
 
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from ci import skip_or_fail
+from servers import free_port
 
 from safe_engine.contract.events import TextCommitted
 from safe_engine.models.loading import load_model
@@ -28,17 +28,11 @@ PROMPT = "The capital of Madagascar is"
 CONFIG = DecodeConfig(max_new_tokens=32, damage_kl_steps=0)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     if not Path(VLLM_PYTHON).is_file():
         skip_or_fail(f"no vLLM at {VLLM_PYTHON} (bash scripts/setup.sh --vllm)")
-    with serving({"gemma-3-270m": _free_port()}, tmp_path_factory.mktemp("vllm")) as servers:
+    with serving({"gemma-3-270m": free_port()}, tmp_path_factory.mktemp("vllm")) as servers:
         yield servers["gemma-3-270m"]
 
 
@@ -96,7 +90,7 @@ def test_the_app_runs_a_served_pair_like_a_local_one(server, remote_gemma, smoll
 
     specs = [f"openai:{server.url}#gemma", "embedded:smollm2-135m-instruct"]
     demo = studio.build_demo(specs)
-    port = _free_port()
+    port = free_port()
     studio.launch(demo, port=port, prevent_thread_lock=True, quiet=True)
     try:
         settings = RunSettings.defaults(specs, "safe", 16)
