@@ -19,6 +19,9 @@ if [[ "${1:-}" == "--tests" ]]; then
 fi
 python3 -m pip install -q -r requirements.txt
 python3 -m pip install -q --no-deps -r requirements-nodeps.txt
+# The project itself, editable: safe_engine and safe_studio import from any folder (a notebook's kernel in
+# examples/), and the safe-ensemble / safe-studio commands exist. Its dependencies are the pins above.
+python3 -m pip install -q --no-deps -e .
 if [[ "${1:-}" == "--tests" ]]; then
     # The lm-eval model and the server's tests; torch stays at its pin (lm-eval would otherwise pull another).
     python3 -m pip install -q -r requirements-integrations.txt "$(grep '^torch==' requirements.txt)"
