@@ -22,6 +22,7 @@ from safe_engine.strategies.decoding import DecodeConfig
 
 from . import settings
 from .downloads import page_file
+from .examples import Examples, gallery
 from .run_stream import MODELS_QUEUE, Runner
 
 DEFAULTS = DecodeConfig()
@@ -60,7 +61,7 @@ NOT_MEASURED = (
 
 
 class CompareTab:
-    def __init__(self, runner: Runner, form: settings.Form, examples: list[dict]):
+    def __init__(self, runner: Runner, form: settings.Form, examples: Examples):
         self.runner, self.form = runner, form
         with gr.Tab("Compare", id="compare"):
             with gr.Row():
@@ -72,9 +73,7 @@ class CompareTab:
                         elem_id="compare-prompt",
                         info="Uses the models and settings of the Ensemble live tab.",
                     )
-                    gr.Examples(
-                        [[e["prompt"]] for e in examples], [self.prompt], example_labels=[e["label"] for e in examples]
-                    )
+                    gallery(examples.compare, examples.cannot_show, self.prompt)
                     with gr.Row():
                         run = gr.Button("Compare", variant="primary", elem_id="compare-run")
                         stop = gr.Button("Stop", variant="stop", elem_id="compare-stop")

@@ -14,6 +14,7 @@ from safe_engine.strategies.decoding import PER_TOKEN_COMMITS, SAFE_MODES, Decod
 
 from . import settings
 from .downloads import page_file
+from .examples import Examples, gallery
 from .panel import RunPanel
 from .run_stream import MODELS_QUEUE, Runner, sharing_html
 from .whatif import Origin, WhatIf
@@ -26,15 +27,28 @@ DEFAULTS = DecodeConfig()
 
 
 class LiveTab:
-    def __init__(self, runner: Runner, specs: list[str], examples: list[dict]):
+    def __init__(self, runner: Runner, specs: list[str], examples: Examples):
         self.runner = runner
         with gr.Tab("Ensemble live", id="live"):
             with gr.Row():
                 with gr.Column(scale=1, min_width=300):
                     self.prompt = gr.Textbox(label="Prompt", lines=3, max_lines=12, elem_id="prompt")
-                    gr.Examples(
-                        [[e["prompt"]] for e in examples], [self.prompt], example_labels=[e["label"] for e in examples]
+                    max_new = gr.Number(
+                        48,
+                        label=f"Max new tokens (1–{settings.MAX_NEW_TOKENS})",
+                        precision=0,
+                        elem_id="max-new",
+                        render=False,
                     )
+                    stop_at = gr.Textbox(
+                        "",
+                        label="Stop at (one per line; \\n is a line break)",
+                        lines=1,
+                        max_lines=4,
+                        elem_id="stop-at",
+                        render=False,
+                    )
+                    gallery(examples.live, examples.cannot_show, self.prompt, max_new, stop_at)
                     with gr.Row():
                         run = gr.Button("Run", variant="primary", elem_id="run")
                         stop = gr.Button("Stop", variant="stop", elem_id="stop")
@@ -51,9 +65,8 @@ class LiveTab:
                     strategy = gr.Radio(
                         ["safe", "per-token", "single"], value="safe", label="Strategy", elem_id="strategy"
                     )
-                    max_new = gr.Number(
-                        48, label=f"Max new tokens (1–{settings.MAX_NEW_TOKENS})", precision=0, elem_id="max-new"
-                    )
+                    max_new.render()
+                    stop_at.render()
                     lookahead = gr.Slider(
                         1, 16, DEFAULTS.lookahead, step=1, label="Lookahead n (tokens drafted per round)"
                     )
@@ -138,6 +151,7 @@ class LiveTab:
             temperature=temperature,
             top_p=top_p,
             seed=seed,
+            stop=stop_at,
         )
         self.models = models
         models.change(

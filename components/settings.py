@@ -42,6 +42,7 @@ class RunSettings:
     temperature: float | None
     top_p: float
     seed: float | None
+    stop: str  # stop sequences, one per line, with \n, \t and \\ written as escapes (`stop_sequences`)
 
     @staticmethod
     def defaults(specs: Sequence[str], strategy: str = "safe", max_new_tokens: int = 48) -> RunSettings:
@@ -66,6 +67,7 @@ class RunSettings:
             temperature=c.temperature,
             top_p=c.top_p,
             seed=None,
+            stop="",
         )
 
 
@@ -134,6 +136,22 @@ def decoding(s: RunSettings) -> tuple[list[str], DecodeConfig]:
         top_p=float(s.top_p),
         seed=None if s.seed is None else int(s.seed),
         draft_gate=float(s.draft_gate or 0),
+        stop=stop_sequences(s.stop),
     )
     config.validate(len(specs))
     return specs, config
+
+
+_ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
+
+
+def stop_sequences(text: str | None) -> tuple[str, ...]:
+    """The form's stop box: one sequence per line, `\\n` a newline, `\\t` a tab and `\\\\` a backslash (a line
+    cannot hold a newline itself)."""
+    lines = (text or "").splitlines()
+    return tuple(re.sub(r"\\([nt\\])", lambda m: _ESCAPES[m[1]], line) for line in lines if line)
+
+
+def stop_text(sequences) -> str:
+    """`stop_sequences`' inverse: the box's text for these sequences."""
+    return "\n".join(s.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t") for s in sequences)

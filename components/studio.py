@@ -29,6 +29,7 @@ from safe_engine.pages.traces import shipped_traces  # noqa: E402
 
 from .benchmark_tab import BenchmarkTab  # noqa: E402
 from .compare_tab import CompareTab  # noqa: E402
+from .examples import Examples  # noqa: E402
 from .live_tab import LiveTab  # noqa: E402
 from .pool import ModelPool  # noqa: E402
 from .replay_tab import ReplayTab  # noqa: E402
@@ -60,7 +61,7 @@ def build_demo(
     specs: Sequence[str] = DEFAULT_MODELS, pool: ModelPool | None = None, traces: Path | None = None
 ) -> gr.Blocks:
     """The app; `traces`, a folder of saved traces, joins the shipped ones in Replay and in ``?trace=NAME`` links."""
-    examples = _json("examples.json")
+    examples = Examples.read(asset("examples.json"))
     runner = Runner(pool or ModelPool(), Stops())
     folders = [TRACES_DIR] + ([traces.resolve()] if traces else [])
     with gr.Blocks(title="SAFE Ensemble Studio", analytics_enabled=False) as demo:

@@ -22,6 +22,7 @@ from page_runs import saved_traces  # noqa: E402
 from playwright.sync_api import expect, sync_playwright  # noqa: E402
 from servers import free_port  # noqa: E402
 
+from components.examples import Examples  # noqa: E402
 from safe_engine.data import TRACES_DIR  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
@@ -216,6 +217,16 @@ def test_a_link_to_anything_else_is_a_message(browser, app_url, query, message):
     expect(tab.locator("#replay-status")).to_contain_text("Could not open the link's trace")
     assert "Traceback" not in tab.content()
     tab.close()
+
+
+def test_an_example_button_fills_the_prompt_its_length_and_its_stop_sequence(page):
+    examples = Examples.read(ROOT / "assets" / "examples.json")
+    arithmetic = next(e for e in examples.live if e.label == "arithmetic")
+    page.get_by_role("button", name="arithmetic", exact=True).click()  # Live's (Compare's are others)
+    expect(page.locator("#prompt textarea")).to_have_value(arithmetic.prompt)
+    expect(page.locator("#max-new input")).to_have_value(str(arithmetic.max_new_tokens))
+    expect(page.locator("#stop-at textarea")).to_have_value("\\n")  # the line break, as the box writes it
+    expect(page.locator(".example-notes").first).to_contain_text(examples.cannot_show[:40])
 
 
 def test_bad_input_shows_a_message_and_no_trace(page):

@@ -5,7 +5,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 import pytest
 
-from components.settings import MAX_NEW_TOKENS, RunSettings, build, parse_specs
+from components.settings import MAX_NEW_TOKENS, RunSettings, build, parse_specs, stop_sequences, stop_text
 from safe_engine.contract.errors import ConfigError, ModelSpecError
 from safe_engine.contract.events import (
     Candidate,
@@ -288,6 +288,7 @@ FORM = dict(
     temperature=0,
     top_p=1.0,
     seed=None,
+    stop="",
 )
 
 
@@ -324,6 +325,14 @@ def test_good_form_input_builds_a_config():
     )
     assert len(specs) == 3 and (config.temperature, config.seed, config.ensemble.gate) == (0.7, 5, False)
     assert config.draft_gate == 0.3 and build("Hi", RunSettings(**(FORM | {"draft_gate": 0})))[1].draft_gate == 0.0
+    assert build("Hi", RunSettings(**FORM))[1].stop == ()
+
+
+def test_the_stop_box_holds_one_sequence_a_line_with_escapes():
+    box = "\\n\nend\\tof it\n\n\\\\n"  # lines: \n | end\tof it | (empty) | \\n
+    stops = build("Hi", RunSettings(**(FORM | {"stop": box})))[1].stop
+    assert stops == ("\n", "end\tof it", "\\n")
+    assert stop_sequences(stop_text(stops)) == stops and stop_text(("```\n",)) == "```\\n"
 
 
 def test_app_builds_and_rejects_a_bad_model_spec_before_launching(capsys):
