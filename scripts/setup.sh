@@ -4,8 +4,9 @@
 # and node with the pinned npm reference tokenizers for the tokenizer-family tests (-m families), the
 # optional integrations (requirements-integrations.txt: lm-eval, math-verify, openai), Ray for the
 # tests of models on Ray actors and sweeps on Ray replicas (-m ray), nbclient + ipykernel to run the
-# example notebook through a real kernel (requirements-notebook.txt), and vLLM's CPU build for the real-engine
-# tests of openai: models (-m vllm); --vllm adds only vLLM to the base set-up.
+# example notebook through a real kernel (requirements-notebook.txt), two venvs holding the package at the newest
+# and the oldest dependencies it admits (scripts/dependency_ends.sh, -m ends), and vLLM's CPU build for the
+# real-engine tests of openai: models (-m vllm); --vllm adds only vLLM to the base set-up.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ "${1:-}" == "--tests" ]]; then
@@ -27,6 +28,9 @@ if [[ "${1:-}" == "--tests" ]]; then
     python3 -m pip install -q -r requirements-integrations.txt "$(grep '^torch==' requirements.txt)"
     python3 -m pip install -q -r requirements-ray.txt
     python3 -m pip install -q -r requirements-notebook.txt
+    # The package as a user installs it, at the newest and the oldest versions pyproject.toml admits
+    # (tests/test_dependency_ends.py); each end's resolved versions go to the log.
+    bash scripts/dependency_ends.sh
 fi
 if [[ " $* " == *" --vllm "* || "${1:-}" == "--tests" ]]; then
     # vLLM's CPU build for the real-engine tests (python -m pytest -m vllm), in a venv of its own: it wants exactly
