@@ -1,6 +1,7 @@
 """The Benchmark tab's pure parts, without a browser or a model: form checks, folder loading, progress."""
 
 import json
+from dataclasses import astuple
 from pathlib import Path
 
 import plotly.graph_objects as go
@@ -15,25 +16,7 @@ from safe_engine.contract.errors import ConfigError, ModelSpecError
 
 MODELS = "embedded:gemma-3-270m\nembedded:smollm2-135m-instruct"
 DRAFTER = "gemma-3-270m"
-# The Live tab's form after the bench's own fields: models, drafter, strategy, max new, then decoding options.
-LIVE = [
-    MODELS,
-    "embedded:gemma-3-270m",
-    "safe",
-    48,
-    5,
-    10,
-    "heuristic",
-    0.1,
-    "unite",
-    "exact",
-    0.3,
-    "first-subtoken",
-    "auto",
-    0,
-    1.0,
-    None,
-]
+LIVE = astuple(RunSettings.defaults(MODELS.splitlines()))  # the Live tab's form as it opens
 
 
 def _plan(
