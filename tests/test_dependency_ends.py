@@ -5,13 +5,13 @@ every range's lower bound, torch 2.13.0, Python 3.11).
 
 - At the lowest end every declared range sits at its lower bound, so the bound is what is tested.
 - In each venv, from a copy of the tests outside the checkout (so `import safe_engine` is the venv's installed
-  package, no PYTHONPATH), these modules pass: the reference tokens of SAFE, per-token and each model alone
-  (`test_reference_texts.py`: the same ids as at the pins), the command line and the app through its API
-  (`test_installed_front_doors.py`), the example notebook through a real kernel (`test_notebook.py`) and the
-  architecture matrix in fp32 (`test_architectures.py`), in one pytest process. A venv whose transformers, gguf
-  or torch differ from this interpreter's converts the embedded models with its own, into a cache of its own, as
-  a new user's first run does; one with the same three shares the suite's converted folders (they would be the
-  same bytes: two minutes saved).
+  package, no PYTHONPATH), these pass in one pytest process: SAFE's reference tokens on all 7 prompts
+  (`test_reference_texts.py`: the same ids as at the pins), the command line with all three strategies against
+  their reference texts and the app through its API (`test_installed_front_doors.py`), and the example notebook
+  through a real kernel (`test_notebook.py`). A venv whose transformers, gguf or torch differ from this
+  interpreter's also runs the architecture matrix in fp32 (`test_architectures.py`) and converts the embedded
+  models with its own transformers, into a cache of its own, as a new user's first run does; one with the same
+  three computes as the pins do, so it shares the suite's converted folders and its matrix run.
 
 The checkout's current code is put into each venv first (`uv pip install --no-deps --reinstall`), so the venvs
 need rebuilding only when the dependencies change. A dependency release that breaks the package fails here.
@@ -37,15 +37,15 @@ pytestmark = pytest.mark.ends
 ROOT = Path(__file__).resolve().parents[1]
 ENDS = Path(os.environ.get("SAFE_ENDS_DIR", "/opt/safe-ends"))
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-# What each venv runs, in one pytest process (the pair loads once): the modules, and the architecture matrix in fp32.
+# What each venv runs, in one pytest process (the pair loads once). The reference runs: SAFE's 7 (per-token and
+# each model alone are the front doors' three CLI runs there; all 28 run at the pins).
 INNER = [
     "tests/test_reference_texts.py",
     "tests/test_installed_front_doors.py",
     "tests/test_notebook.py",
-    "tests/test_architectures.py",
-    "-k",
-    "not bfloat16",
 ]
+ONLY = "not (gives_the_reference_tokens and (single or per-token)) and not bfloat16"
+MATRIX = "tests/test_architectures.py"  # in fp32, at an end that computes with another torch or transformers
 CONVERTERS = ("transformers", "gguf", "torch")  # what the embedded models' conversion depends on
 
 
@@ -119,10 +119,13 @@ def _converts_as_here(venv: Path) -> bool:
 def test_the_installed_package_passes_at_the_end(outside, venv_of, end):
     venv = venv_of(end)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    modules = INNER
     if not _converts_as_here(venv):  # a new user's first run: converted by this end's own transformers
         env["SAFE_STUDIO_CACHE"] = str(venv / "cache")
+        modules = [*INNER, MATRIX]  # the same torch and transformers as here ran the matrix already
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env['PATH']}"
-    argv = [venv / "bin" / "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=5", *INNER]
+    env["SAFE_ENDS_INNER"] = "1"
+    argv = [venv / "bin" / "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *modules, "-k", ONLY]
     result = subprocess.run(argv, cwd=outside, env=env, capture_output=True, text=True, timeout=2400)
     print(result.stdout[-2000:])  # the inner summary, in the log with -rA / on failure
     assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]

@@ -1,6 +1,7 @@
 """The front doors as a user reaches them once the package is installed, run from a folder outside any checkout with
-no PYTHONPATH: the console scripts beside this interpreter (the Quick start's editable install, or a venv at either
-end of the dependency ranges, tests/test_dependency_ends.py), on the embedded pair.
+no PYTHONPATH: the console scripts beside this interpreter, in a venv at either end of the dependency ranges
+(tests/test_dependency_ends.py sets SAFE_ENDS_INNER; at the pins test_package.py covers these doors), on the
+embedded pair.
 
 - `safe-ensemble generate` runs SAFE, per-token and the drafter alone and prints the reference's texts
   (tests/reference_texts.json).
@@ -22,7 +23,14 @@ from servers import free_port, stop, wait_until_serving
 
 from safe_engine import DEFAULT_MODELS
 
-pytestmark = pytest.mark.real_models
+pytestmark = [
+    pytest.mark.real_models,
+    pytest.mark.skipif(
+        not os.environ.get("SAFE_ENDS_INNER"),
+        reason="runs inside the venvs at both ends (tests/test_dependency_ends.py); at the pins, test_package.py "
+        "runs the installed front doors",
+    ),
+]
 BIN = Path(sys.executable).parent
 REFERENCE = json.loads((Path(__file__).parent / "reference_texts.json").read_text(encoding="utf-8"))
 FLAGS = {"strategy": "--strategy", "safe_mode": "--safe-mode", "draft_gate": "--draft-gate", "max_new_tokens": None}
