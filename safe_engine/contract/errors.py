@@ -15,3 +15,9 @@ class ModelLoadError(SafeEngineError):
 
 class ConfigError(SafeEngineError):
     """An option out of range or inconsistent with the others."""
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception's first non-blank line, else its class name: what a one-line message quotes of a cause."""
+    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..contract.errors import ModelLoadError, SafeEngineError
+from ..contract.errors import ModelLoadError, SafeEngineError, first_line
 
 LOAD_TIMEOUT_S = 1800.0
 """Loading a model in an actor: a first conversion of an embedded model or a hub download takes minutes."""
@@ -91,13 +91,13 @@ def remote_error(exc: Exception, what: str) -> SafeEngineError:
     """The engine error for a failed remote call: an engine error raised remotely comes back as it was."""
     ray = require_ray()
     if isinstance(exc, ray.exceptions.RayActorError):
-        message = f"{what} died mid-call ({_first_line(exc)}); Ray restarts it, the runs using it cannot go on"
+        message = f"{what} died mid-call ({first_line(exc)}); Ray restarts it, the runs using it cannot go on"
         return ActorLost(message, restarting=isinstance(exc, ray.exceptions.ActorUnavailableError))
     cause = getattr(exc, "cause", None)
     if isinstance(cause, SafeEngineError):
         return cause
     cause = cause or exc
-    return DistributedError(f"{what} failed: {type(cause).__name__}: {_first_line(cause)}")
+    return DistributedError(f"{what} failed: {type(cause).__name__}: {first_line(cause)}")
 
 
 def await_result(ref, timeout_s: float, what: str):
@@ -124,8 +124,3 @@ def await_available(submit: Callable[[], object], timeout_s: float, what: str):
             if time.monotonic() + RETRY_S > deadline:
                 raise RemoteTimeout(f"{what} was not back from a restart within {timeout_s:g} s") from None
             time.sleep(RETRY_S)
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
-    return lines[0] if lines else type(exc).__name__

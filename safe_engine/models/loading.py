@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from functools import cache, cached_property
 
-from ..contract.errors import ModelLoadError
+from ..contract.errors import ModelLoadError, first_line
 from ..runtime.executors import OWN_CACHE, RuntimePath, runtime_path
 from ..tokenization.alignment import EOS_KEY, TokenBytes, special_ids
 from .embedded import Progress, ensure_converted
@@ -162,7 +162,7 @@ def load_tokenizer(spec: str, options: LoadOptions = LoadOptions(), progress: Pr
             source, trust_remote_code=options.trust_remote_code, local_files_only=_offline(), **extra
         )
     except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"could not load the tokenizer of {spec}: {_first_line(exc)}") from exc
+        raise ModelLoadError(f"could not load the tokenizer of {spec}: {first_line(exc)}") from exc
 
 
 def load_model(spec: str, options: LoadOptions = LoadOptions(), progress: Progress | None = None) -> LoadedModel:
@@ -195,7 +195,7 @@ def load_model(spec: str, options: LoadOptions = LoadOptions(), progress: Progre
         try:
             config = AutoConfig.from_pretrained(source, **kwargs)
         except (OSError, ValueError) as exc:
-            raise ModelLoadError(f"could not read the config of {spec}: {_first_line(exc)}") from exc
+            raise ModelLoadError(f"could not read the config of {spec}: {first_line(exc)}") from exc
         from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
         if config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and not getattr(config, "auto_map", None):
@@ -211,7 +211,7 @@ def load_model(spec: str, options: LoadOptions = LoadOptions(), progress: Progre
     except torch.OutOfMemoryError as exc:
         raise ModelLoadError(f"not enough memory on {device} to load {spec}") from exc
     except (OSError, ValueError, KeyError) as exc:
-        raise ModelLoadError(f"could not load {spec}: {_first_line(exc)}") from exc
+        raise ModelLoadError(f"could not load {spec}: {first_line(exc)}") from exc
     except RuntimeError as exc:
         if "memory" in str(exc).lower():
             raise ModelLoadError(f"not enough memory on {device} to load {spec}") from exc
@@ -258,7 +258,7 @@ def parameter_count(spec: str, options: LoadOptions = LoadOptions()) -> int:
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(config, trust_remote_code=options.trust_remote_code)
     except (OSError, ValueError, KeyError) as exc:
-        raise ModelLoadError(f"could not read the config of {spec}: {_first_line(exc)}") from exc
+        raise ModelLoadError(f"could not read the config of {spec}: {first_line(exc)}") from exc
     return sum(p.numel() for p in model.parameters())
 
 
@@ -331,8 +331,3 @@ def _turn_end_id(tokenizer) -> int | None:
 
 def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
-
-
-def _first_line(exc: Exception) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__

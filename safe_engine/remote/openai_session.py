@@ -87,7 +87,7 @@ class HttpExecutor(Executor):
                 request.error = exc
             request.rows, request.started = len(batch), started
             request.seconds = time.perf_counter() - started
-        self.recent_pass_s = time.perf_counter() - started
+        self.note_pass(time.perf_counter() - started)
 
     def _ask(self, call: Call) -> None:
         body = {

@@ -127,7 +127,7 @@ class ModelExecutor(Executor):
                 f"{self.name} does not run its attention through transformers' attention interface, "
                 "so the batched runtime cannot keep its cache"
             )
-        self.recent_pass_s = seconds if self.recent_pass_s is None else 0.8 * self.recent_pass_s + 0.2 * seconds
+        self.note_pass(seconds)
         at = 0
         for request, row in zip(batch, rows):
             row.slot.length = row.offset + row.count

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..contract.errors import ModelLoadError
+from ..contract.errors import ModelLoadError, first_line
 from .batching import ModelExecutor
 from .own_cache import OwnCacheExecutor
 from .scheduler import ActiveRun, Executor, Request, Scheduler
@@ -77,7 +77,7 @@ def runtime_path(lm: LoadedModel) -> RuntimePath:
     except UnsupportedTransformers:
         raise  # the library's change, not the model's
     except Exception as exc:
-        raise ModelLoadError(f"{lm.name} cannot run here ({reason}; on its own cache: {_first_line(exc)})") from exc
+        raise ModelLoadError(f"{lm.name} cannot run here ({reason}; on its own cache: {first_line(exc)})") from exc
     return RuntimePath(OWN_CACHE, reason)
 
 
@@ -94,7 +94,7 @@ def _slot_misfit(lm: LoadedModel) -> str | None:
     except UnsupportedTransformers:
         raise
     except Exception as exc:  # the attention cannot be wrapped, or the model fails inside a batched pass
-        reason = _first_line(exc)
+        reason = first_line(exc)
     if reason is not None:
         config._attn_implementation = original  # its own attention back, as loaded
     return reason
@@ -160,8 +160,3 @@ def _probe_rows(lm: LoadedModel) -> list[list[int]]:
     """The probe's ids inside the model's vocabulary (a test model's may hold 30 tokens)."""
     size = len(lm.tokenizer)
     return [[i % size for i in row] for row in _PROBE_ROWS]
-
-
-def _first_line(exc: Exception) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__

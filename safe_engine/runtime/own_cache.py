@@ -106,4 +106,4 @@ class OwnCacheExecutor(Executor):
         request.logits = kept.cpu().float()
         request.rows, request.started, request.seconds = 1, started, seconds
         request.logit_bytes = len(keep) * kept.shape[-1] * kept.element_size()
-        self.recent_pass_s = seconds if self.recent_pass_s is None else 0.8 * self.recent_pass_s + 0.2 * seconds
+        self.note_pass(seconds)

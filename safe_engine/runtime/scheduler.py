@@ -156,6 +156,10 @@ class Executor(ABC):
         self.recent_pass_s: float | None = None  # a recent pass's wall time (the fire rule waits half of it)
         self._queue: list[Request] = []
 
+    def note_pass(self, seconds: float) -> None:
+        """Fold a pass's wall time into `recent_pass_s`, a moving average: one slow pass barely moves the wait."""
+        self.recent_pass_s = seconds if self.recent_pass_s is None else 0.8 * self.recent_pass_s + 0.2 * seconds
+
     def enqueue(self, request: Request) -> None:
         self.scheduler.lock.require()
         self._queue.append(request)
