@@ -127,8 +127,8 @@ def _run(devices, overlap_setting=None):
 
 def test_auto_overlaps_only_with_every_model_on_its_own_non_cpu_device():
     assert overlap.wanted(_run(["cuda:0", "cuda:1"]))
-    assert overlap.wanted(_run(["cuda:1", "cuda", "cuda:2"]))  # "cuda" is cuda:0
-    assert not overlap.wanted(_run(["cuda", "cuda:0"]))
+    assert overlap.wanted(_run(["cuda:1", "cuda:0", "cuda:2"]))
+    assert not overlap.wanted(_run(["cuda:0", "cuda:0"]))
     assert not overlap.wanted(_run(["cpu", "cuda:0"]))
     assert not overlap.wanted(_run(["cpu", "cpu"]))
     assert overlap.wanted(_run(["cpu", "cpu"], True)) and not overlap.wanted(_run(["cuda:0", "cuda:1"], False))

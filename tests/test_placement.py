@@ -7,7 +7,7 @@ from tiny_pair import tiny_pair_folders
 from safe_engine import cli
 from safe_engine.contract.errors import ModelLoadError
 from safe_engine.models.cache import load_models
-from safe_engine.models.loading import LoadOptions, load_model, parameter_count
+from safe_engine.models.loading import LoadOptions, load_model, parameter_count, pick_device
 from safe_engine.models.placement import per_model, placed, spread
 
 
@@ -34,11 +34,22 @@ def test_auto_spreads_over_the_visible_gpus_by_parameter_count(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     sizes = {"small": 1, "big": 9, "mid": 5}
     options = placed(list(sizes), LoadOptions(), lambda spec, _: sizes[spec])
     assert [o.device for o in options] == ["cuda:1", "cuda:0", "cuda:1"]
     pinned = placed(list(sizes), LoadOptions(device=("auto", "cuda:1", "auto")), lambda spec, _: sizes[spec])
     assert [o.device for o in pinned] == ["cuda:1", "cuda:1", "cuda:0"]  # only the auto ones are spread
+
+
+def test_cuda_is_named_as_its_gpu_so_cuda_and_cuda_0_are_one_device(monkeypatch):
+    """Executors key the scheduler's devices on a model's device name: `--devices cuda cuda:0` must give one."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    assert [pick_device(d) for d in ("cuda", "cuda:0", "auto", "cuda:1")] == ["cuda:0", "cuda:0", "cuda:0", "cuda:1"]
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)  # torch.cuda.set_device(1): "cuda" means that one
+    assert pick_device("cuda") == "cuda:1"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")

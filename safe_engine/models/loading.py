@@ -20,6 +20,8 @@ APPROXIMATE_CPU_LINEAR = frozenset({"int8-head"})
 
 
 def pick_device(device: str = "auto") -> str:
+    """The device a model loads on, named as its tensors name it: "cuda" is the current GPU's "cuda:N", so models
+    given "cuda" and "cuda:0" share one device in the scheduler (it keys passes on this name)."""
     import torch
 
     if device != "auto":
@@ -33,9 +35,9 @@ def pick_device(device: str = "auto") -> str:
             )
         if device == "mps" and not torch.backends.mps.is_available():
             raise ModelLoadError("device 'mps' asked for, but MPS is not available here")
-        return device
+        return f"cuda:{torch.cuda.current_device()}" if device == "cuda" else device
     if torch.cuda.is_available():
-        return "cuda"
+        return f"cuda:{torch.cuda.current_device()}"
     if torch.backends.mps.is_available():
         return "mps"
     return "cpu"

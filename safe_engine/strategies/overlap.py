@@ -31,17 +31,11 @@ from ..runtime.scheduler import ActiveRun
 T = TypeVar("T")
 
 
-def device_key(device: str) -> str:
-    """One name per physical device ("cuda" is "cuda:0")."""
-    kind, _, index = str(device).partition(":")
-    return f"{kind}:{index or 0}"
-
-
 def wanted(run: Run) -> bool:
     """Whether this run overlaps: as configured, else only with every model on its own non-CPU device."""
     if run.config.overlap is not None:
         return run.config.overlap
-    devices = [device_key(p.lm.device) for p in run.parts]
+    devices = [str(p.lm.device) for p in run.parts]  # pick_device's names: one per GPU
     return len(devices) > 1 and len(set(devices)) == len(devices) and not any(d.startswith("cpu") for d in devices)
 
 
