@@ -23,10 +23,10 @@ from .stops import Stops
 
 log = logging.getLogger("safe_studio")
 CHART_INTERVAL_S = 2.0  # Plotly figures are the costly part of every update (serialised, sent, remounted)
-FRAME_INTERVAL_S = 0.25  # each update costs Gradio CPU (about 10 ms for a Live frame) on the passes' cores
+FRAME_INTERVAL_S = 0.25  # each update costs Gradio CPU on the cores the passes run on
 # Events that run models share one queue; up to 8 run at once and step together in the engine's batching
-# executor (one forward pass per model for every waiting run). On the CPU a one-token pass of 8 rows costs
-# about 1.4-1.9x one row's (benchmarks/RESULTS.md, "Many runs at once"), so 8 sessions finish far sooner than in turn;
+# executor (one forward pass per model for every waiting run). On the CPU a pass of 8 rows costs far less than 8
+# passes of one (benchmarks/RESULTS.md, "Many runs at once"), so 8 sessions finish far sooner than in turn;
 # later sessions wait in the queue (`launch(max_size=64)`) rather than lengthen every running one's passes.
 MODELS_QUEUE = {"concurrency_id": "models", "concurrency_limit": 8}
 LOADING = "Loading models, once per process (the very first start converts the embedded models: minutes)."

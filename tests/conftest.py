@@ -1,8 +1,8 @@
 """Shared fixtures. Real embedded models load once per test session (conversion is cached on disk).
 
-`SAFE_TEST_BATCHED=1` runs the tests' decodes through the batched path: each test module's `decode`
-(the name it imported from safe_engine.decoding) is swapped for `batched_decode`, which drives the run
-alongside two companions on the same models and prompt, so that their requests share forward passes.
+`SAFE_TEST_BATCHED=1` runs the tests' decodes through the batched path: each test module's `decode` (the
+name it imported from safe_engine or safe_engine.strategies.decoding) is swapped for `batched_decode`, which
+drives the run alongside two companions on the same models and prompt, so that their requests share forward passes.
 The run under test must still give the events it gives alone (every test keeps its assertions), up to
 float differences between batch shapes: a test that compares two runs' floats bit for bit is marked
 `alone` and decodes alone in either mode.
@@ -112,8 +112,8 @@ def smollm():
 @pytest.fixture(scope="session")
 def fp32_pair():
     """The pair in fp32 with transformers' own linear layers (`--cpu-linear torch`): for comparing logits tightly,
-    a test of the runtime or the conversion, not of the CPU kernels (the default int8 head's logits are bf16,
-    and the streamed layers change their form with the row count)."""
+    a test of the runtime or the conversion, not of the CPU kernels (the default streamed layers change their
+    form with the row count, and the opt-in int8 head's logits are bf16)."""
     return load_models(list(DEFAULT_MODELS), LoadOptions(cpu_linear="torch"))
 
 

@@ -1,17 +1,14 @@
 """Linear layers for decoding on a CPU, where a step is bound by reading the weights from memory.
 
 A decode step multiplies a few rows (one per run, a handful of drafted tokens) by every weight matrix.
-`nn.Linear` computes `x @ W.T`; for one row that is a matrix-vector product, and for 2–16 rows the
-BLAS packs W first; on a 2-core EPYC both streamed cold weights at about 10 GB/s. The same product
-written `(W @ x.T).T`, with one row padded to two, is a plain GEMM over W's rows and streams about
-28 GB/s: SmolLM2's 30 layers of `gate_proj` went from 20.8 ms to 7.3 ms at two rows. From 3 rows on,
-that GEMM is compute-bound (MKL runs its skinny shapes at a third of the chip's peak: Gemma's head took
-54 ms at 8 rows, 22 ms at 2), while oneDNN's product over a copy of W prepacked in its blocked layout
-stays near the cost of reading W up to 16 rows (Gemma's head at 8 rows: 25 ms; its body's matrices
-20 ms against 47). So a streamed layer keeps both: the plain weight for 1–2 rows, the packed copy for
-3 or more (batched decode steps, a verifier's chunk, a prompt), at the price of a second copy of
-every fp32 matrix in memory. Sums run in other orders, so logits move by ~1e-4 (a near-tie can flip);
-`--cpu-linear torch` keeps transformers' own layers and memory.
+`nn.Linear` computes `x @ W.T`, which for one or two rows makes the BLAS pack or stream W slowly; the same
+product written `(W @ x.T).T`, one row padded to two, is a plain GEMM over W's rows that streams W near the
+memory's speed. From 3 rows on that GEMM is compute-bound, while oneDNN's product over a copy of W prepacked in
+its blocked layout stays near the cost of reading W. So a streamed layer keeps both: the plain weight for 1–2
+rows, the packed copy for 3 or more (batched decode steps, a verifier's chunk, a prompt), at the price of a
+second copy of every fp32 matrix in memory (the figures: benchmarks/RESULTS.md, "CPU linear layers"). Sums run
+in other orders, so logits move by ~1e-4 (a near-tie can flip); `--cpu-linear torch` keeps transformers' own
+layers and memory.
 
 `int8-head` adds weight-only int8 with per-row scales for the output layer (gpt-fast's
 scheme: activations stay in bf16, so nothing is quantized on the fly; Gemma's 262k-row head is the
@@ -34,8 +31,8 @@ def _rows(x: torch.Tensor) -> tuple[torch.Tensor, bool]:
     return flat, False
 
 
-PACKED_FROM_ROWS = 3  # measured: at 2 rows the plain GEMM is mostly faster (heads 1.5x), from 3 packed (to 1.4x)
-_PACKED_FOR_ROWS = 8  # oneDNN's layout hint: a batched decode step's rows (4 to 16 measured alike)
+PACKED_FROM_ROWS = 3  # at 2 rows the plain GEMM is mostly the faster, from 3 the packed copy (RESULTS.md)
+_PACKED_FOR_ROWS = 8  # oneDNN's layout hint: a batched decode step's rows (4 to 16 run alike)
 
 
 def packing_available() -> bool:

@@ -36,8 +36,8 @@ class TokenView:
 class RunView:
     """One run's events folded for drawing. A plain class, not a dataclass: gradio's State serializes a dataclass
     value with `dataclasses.asdict` (only to drop the result) for every new session and at every update of the
-    state, which cost ~100 ms of CPU per visitor for the Replay tab's recorded run, and more per frame as a live
-    run grew, taken from the forward passes of everyone else's runs."""
+    state: CPU per visitor, and more per frame as a live run grows, taken from the forward passes of everyone
+    else's runs."""
 
     def __init__(self, started: dict | None = None):
         self.events: list[dict] = []
