@@ -4,8 +4,9 @@ an import); imports under ``if TYPE_CHECKING:`` do not (they never run).
 
     python -m scripts.check_layers [ROOT]
 
-Prints one line per breach and exits 1, or prints a summary and exits 0. docs/architecture.md explains the
-layers; CI runs this through tests/test_layers.py.
+Prints one line per breach and exits 1, or prints a summary and exits 0. `--table` prints the layers as the
+Markdown table docs/architecture.md holds (tests/test_layers.py checks the page holds it, so the page and LAYERS
+never disagree); CI runs both through that test.
 """
 
 from __future__ import annotations
@@ -163,10 +164,40 @@ def breaches(root: Path) -> list[str]:
     return problems
 
 
+def _place(root: Path, prefix: str) -> tuple[str, list[str]]:
+    """A layer's prefix as the page names it (linked), and the modules in it (file names, none for one module)."""
+    name = prefix.rstrip("$")
+    folder = root / name.replace(".", "/")
+    if prefix.endswith("$"):
+        target = f"{name.replace('.', '/')}/__init__.py"
+        return f"[`{target}`](../{target})", []
+    if folder.is_dir():
+        files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*.py") if p.name != "__init__.py")
+        label = f"{name.split('.')[-1]}/" if "." in name else f"{name}/"
+        return f"[`{label}`](../{folder.relative_to(root).as_posix()}/)", files
+    target = f"{name.replace('.', '/')}.py"
+    return f"[`{target.split('/')[-1]}`](../{target})", []
+
+
+def table(root: Path) -> str:
+    """The layers, bottom first, as docs/architecture.md shows them: what each holds, from LAYERS and the tree."""
+    lines = ["| # | layer | modules |", "|---|---|---|"]
+    for number, prefixes in enumerate(LAYERS, 1):
+        places = [_place(root, prefix) for prefix in prefixes]
+        files = ", ".join(f"`{f}`" for _, found in places for f in found) or "—"
+        lines.append(f"| {number} | {', '.join(label for label, _ in places)} | {files} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m scripts.check_layers", description=__doc__.split("\n")[0])
     parser.add_argument("root", nargs="?", default=str(Path(__file__).resolve().parents[1]))
-    root = Path(parser.parse_args(argv).root).resolve()
+    parser.add_argument("--table", action="store_true", help="print the layers as docs/architecture.md's table")
+    args = parser.parse_args(argv)
+    root = Path(args.root).resolve()
+    if args.table:
+        print(table(root))
+        return 0
     problems = breaches(root)
     for line in problems:
         print(line)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts.check_layers import PACKAGES, breaches, main
+from scripts.check_layers import PACKAGES, breaches, main, table
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,3 +54,14 @@ def test_the_engine_may_not_import_the_ui(tree):
 def test_a_module_outside_every_layer_is_caught(tree):
     (tree / "safe_engine/stray.py").write_text('"""A module nobody placed."""\n', encoding="utf-8")
     assert breaches(tree) == ["safe_engine/stray.py: belongs to no layer (add it to LAYERS)"]
+
+
+def test_the_architecture_page_holds_the_checks_own_table():
+    page = (ROOT / "docs/architecture.md").read_text(encoding="utf-8")
+    assert table(ROOT) in page, "docs/architecture.md: paste `python -m scripts.check_layers --table` over its table"
+
+
+def test_the_table_follows_a_new_layer(tree):
+    assert "`tokdiff.py`" in table(tree) and "`extra.py`" not in table(tree)
+    (tree / "safe_engine/analysis/extra.py").write_text('"""A module the page does not list yet."""\n')
+    assert "`extra.py`" in table(tree) and table(tree) != table(ROOT)
