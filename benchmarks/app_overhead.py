@@ -18,8 +18,10 @@ import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import astuple
 from pathlib import Path
 
+from components.settings import RunSettings
 from safe_engine.models.cache import load_models
 from safe_engine.models.specs import DEFAULT_MODELS
 from safe_engine.orchestration.comparison import warm_up
@@ -52,25 +54,10 @@ def wait_for(url: str, seconds: float = 180) -> None:
 
 
 def app_tokens_per_s(client, prompt: str, max_new: int) -> float:
-    c = DecodeConfig()  # the Live form's inputs in order, at the engine's defaults (as the engine side runs)
+    settings = RunSettings.defaults(list(DEFAULT_MODELS), "safe", max_new)  # the form at the engine's defaults
     result = client.predict(
         prompt,
-        "\n".join(DEFAULT_MODELS),
-        DEFAULT_MODELS[0],
-        "safe",
-        max_new,
-        c.lookahead,
-        c.ensemble.top_k,
-        c.ensemble.sharpen,
-        c.ensemble.sharpen_lambda,
-        c.ensemble.method,
-        c.safe_mode,
-        c.draft_gate,
-        c.per_token_commit,
-        "auto",
-        c.temperature,
-        c.top_p,
-        None,
+        *astuple(settings),
         api_name="/generate",
     )
     download = next(item for item in result if isinstance(item, dict) and str(item.get("value", "")).endswith(".jsonl"))

@@ -34,6 +34,7 @@ from safe_engine.pages.transcript import status_html
 from safe_engine.strategies.decoding import DecodeConfig
 
 from . import settings
+from .option_widgets import widget
 from .run_stream import MODELS_QUEUE, Runner, problem
 
 STRATEGIES = ("singles", "single", "per-token", "safe")
@@ -160,9 +161,7 @@ class BenchmarkTab:
                     limit = gr.Number(
                         5, label=f"Examples per task set (1–{MAX_LIMIT})", precision=0, elem_id="bench-limit"
                     )
-                    max_new = gr.Number(
-                        24, label=f"Max new tokens (1–{settings.MAX_NEW_TOKENS})", precision=0, elem_id="bench-max-new"
-                    )
+                    max_new = widget("max_new_tokens", number=True, value=24, elem_id="bench-max-new")
                     style = gr.Radio(
                         list(STYLES),
                         value="direct",

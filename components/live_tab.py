@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import gradio as gr
 
-from safe_engine.contract.config import METHODS, SHARPENING
+from safe_engine.options import OPTIONS
 from safe_engine.orchestration.many_runs import decode_ahead
 from safe_engine.pages.page import run_page
 from safe_engine.pages.traces import save_trace
 from safe_engine.pages.transcript import status_html
 from safe_engine.pages.view import RunView
-from safe_engine.strategies.decoding import PER_TOKEN_COMMITS, SAFE_MODES, DecodeConfig
+from safe_engine.strategies.decoding import DecodeConfig
 
 from . import settings
 from .downloads import page_file
 from .examples import Examples, gallery
+from .option_widgets import widget
 from .panel import RunPanel
 from .run_stream import MODELS_QUEUE, Runner, sharing_html
 from .whatif import Origin, WhatIf
@@ -23,7 +24,6 @@ READY = (
     "Pick an example or type a prompt, then press Run. "
     "Hover a token for what happened to it; click it to pin the details."
 )
-DEFAULTS = DecodeConfig()
 
 
 class LiveTab:
@@ -33,15 +33,9 @@ class LiveTab:
             with gr.Row():
                 with gr.Column(scale=1, min_width=300):
                     self.prompt = gr.Textbox(label="Prompt", lines=3, max_lines=12, elem_id="prompt")
-                    max_new = gr.Number(
-                        48,
-                        label=f"Max new tokens (1–{settings.MAX_NEW_TOKENS})",
-                        precision=0,
-                        elem_id="max-new",
-                        render=False,
-                    )
-                    stop_at = gr.Textbox(
-                        "",
+                    max_new = widget("max_new_tokens", number=True, value=48, elem_id="max-new", render=False)
+                    stop_at = widget(
+                        "stop",
                         label="Stop at (one per line; \\n is a line break)",
                         lines=1,
                         max_lines=4,
@@ -52,77 +46,34 @@ class LiveTab:
                     with gr.Row():
                         run = gr.Button("Run", variant="primary", elem_id="run")
                         stop = gr.Button("Stop", variant="stop", elem_id="stop")
-                    models = gr.Textbox(
-                        "\n".join(specs),
-                        label="Models (one spec per line)",
-                        lines=2,
-                        elem_id="models",
-                        info="embedded:NAME, a local folder, a .gguf file or a hub id",
-                    )
+                    models = widget("models", value="\n".join(specs), lines=2, elem_id="models")
                     drafter = gr.Dropdown(
-                        specs, value=specs[0], label="Drafter", allow_custom_value=True, elem_id="drafter"
+                        specs,
+                        value=specs[0],
+                        label=OPTIONS["drafter"].label,
+                        info=OPTIONS["drafter"].text,
+                        allow_custom_value=True,
+                        elem_id="drafter",
                     )
-                    strategy = gr.Radio(
-                        ["safe", "per-token", "single"], value="safe", label="Strategy", elem_id="strategy"
-                    )
+                    strategy = widget("strategy", elem_id="strategy")
                     max_new.render()
                     stop_at.render()
-                    lookahead = gr.Slider(
-                        1, 16, DEFAULTS.lookahead, step=1, label="Lookahead n (tokens drafted per round)"
-                    )
-                    top_k = gr.Slider(1, 50, DEFAULTS.ensemble.top_k, step=1, label="Top-k per model in the union")
-                    sharpen = gr.Radio(
-                        list(SHARPENING),
-                        value=DEFAULTS.ensemble.sharpen,
-                        label="Sharpening (when the ensemble's max p < 0.5)",
-                    )
-                    sharpen_lambda = gr.Slider(
-                        0.01, 0.99, DEFAULTS.ensemble.sharpen_lambda, step=0.01, label="Heuristic λ"
-                    )
+                    lookahead = widget("lookahead")
+                    top_k = widget("top_k")
+                    sharpen = widget("sharpen")
+                    sharpen_lambda = widget("sharpen_lambda")
                     with gr.Accordion("More options", open=False):
-                        method = gr.Radio(list(METHODS), value=DEFAULTS.ensemble.method, label="Ensemble method")
-                        gate = gr.Radio(
-                            list(settings.GATES),
-                            value="auto",
-                            label="GaC's gate",
-                            info="ensemble only where the drafter's top p < 0.5; auto: on for gac, as the paper "
-                            "runs it",
-                        )
-                        safe_mode = gr.Radio(
-                            list(SAFE_MODES),
-                            value=DEFAULTS.safe_mode,
-                            label="SAFE mode",
-                            info="exact: one ensemble per round, the rest of the draft dropped (the paper); "
-                            "fast: keeps scanning a draft the ensemble confirmed (a little faster, can change some "
-                            "outputs; see docs/algorithm.md)",
-                        )
-                        draft_gate = gr.Number(
-                            DEFAULTS.draft_gate,
-                            label="SAFE draft gate τ",
-                            minimum=0,
-                            maximum=0.99,
-                            step=0.05,
-                            info="end a draft right after a token the drafter gives p < τ (0: the paper's full "
-                            "drafts; a gate is faster and rarely changes the output, see docs/algorithm.md)",
-                            elem_id="draft-gate",
-                        )
-                        per_token_commit = gr.Radio(
-                            list(PER_TOKEN_COMMITS),
-                            value=DEFAULTS.per_token_commit,
-                            label="Per-token commit",
-                            info="first-subtoken: the drafter appends only its first piece of the ensemble's "
-                            "string, as UniTE does; full: its whole spelling (a gentler baseline)",
-                        )
-                        temperature = gr.Number(
-                            DEFAULTS.temperature,
-                            label="Temperature (0 = greedy, the paper's setting)",
-                            minimum=0,
-                            elem_id="temperature",
-                        )
-                        top_p = gr.Slider(0.05, 1.0, DEFAULTS.top_p, step=0.05, label="Top-p (when sampling)")
-                        seed = gr.Number(
-                            None, label="Seed (empty: a fresh one; the run reports it)", precision=0, elem_id="seed"
-                        )
+                        ensemble_method = widget("ensemble_method")
+                        weights = widget("weights", label="Weights (one per model; empty: equal)", elem_id="weights")
+                        gate = widget("gate")
+                        safe_mode = widget("safe_mode")
+                        draft_gate = widget("draft_gate", number=True, elem_id="draft-gate")
+                        per_token_commit = widget("per_token_commit")
+                        temperature = widget("temperature", elem_id="temperature")
+                        top_p = widget("top_p")
+                        seed = widget("seed", elem_id="seed")
+                        damage_kl_steps = widget("damage_kl_steps")
+                        overlap = widget("overlap")
                     with gr.Row():
                         self.download = gr.DownloadButton(
                             "Download trace (JSONL)", interactive=False, elem_id="live-download"
@@ -135,7 +86,7 @@ class LiveTab:
                     self.panel = RunPanel("live", below_details=self.whatif.controls)
                     self.whatif.section()
         self.form = settings.Form(
-            models_text=models,
+            models=models,
             drafter=drafter,
             strategy=strategy,
             max_new_tokens=max_new,
@@ -143,7 +94,7 @@ class LiveTab:
             top_k=top_k,
             sharpen=sharpen,
             sharpen_lambda=sharpen_lambda,
-            method=method,
+            ensemble_method=ensemble_method,
             safe_mode=safe_mode,
             draft_gate=draft_gate,
             per_token_commit=per_token_commit,
@@ -152,6 +103,9 @@ class LiveTab:
             top_p=top_p,
             seed=seed,
             stop=stop_at,
+            weights=weights,
+            damage_kl_steps=damage_kl_steps,
+            overlap=overlap,
         )
         self.models = models
         models.change(

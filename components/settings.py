@@ -1,8 +1,11 @@
 """The run form by name: `RunSettings` holds what the Live tab's form says, `Form` the components that say
 it, and `build` / `decoding` turn it into model specs and a checked DecodeConfig before anything loads.
 
-Adding an option touches `RunSettings` (a field) and `decoding` (where it goes in the config); the Live tab
-passes one component per field, and `Form` refuses a missing or unknown one.
+Each field is named after its row of the engine's option table (`safe_engine.options.OPTIONS`): the widgets take
+their label, range and help from the row (`option_widgets.py`), and `decoding` hands the values to the same
+`parse_options` the command line's mapping readers, the server and lm-eval use, so the app builds no
+`DecodeConfig` of its own. Adding a decoding option to the form is a field here and a widget in the Live tab;
+`Form` refuses a missing or unknown one.
 """
 
 from __future__ import annotations
@@ -11,67 +14,71 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
-from safe_engine.contract.config import EnsembleConfig
 from safe_engine.contract.errors import ConfigError
-from safe_engine.models.specs import resolve_spec
+from safe_engine.options import OPTIONS, Option, parse_options
 from safe_engine.strategies.decoding import DecodeConfig
 
 MAX_PROMPT_CHARS = 4000
-MAX_NEW_TOKENS = 512  # the engine allows more; on a CPU 512 tokens already take minutes
-GATES = {"auto": None, "on": True, "off": False}  # GaC's gate: "auto" is on for GaC only
+MAX_NEW_TOKENS = int(OPTIONS["max_new_tokens"].bounds[1])
+TOGGLES = {"auto": None, "on": True, "off": False}  # a toggle option's three states: its default, on, off
+NOT_IN_THE_FORM = {  # options the app takes elsewhere, and where
+    "devices": "a launch flag (python app.py --devices ...)",
+    "dtype": "a launch flag",
+    "cpu_linear": "a launch flag",
+    "cpu_int8": "a launch flag",
+    "trust_remote_code": "a launch flag",
+    "no_chat_template": "a launch flag",
+    "placement": "a spec: ray:SPEC in the Models box puts that model in a Ray actor",
+    "ray_address": "Ray's own RAY_ADDRESS environment variable, read when the app starts a ray: model",
+}
 
 
 @dataclass(frozen=True)
 class RunSettings:
-    """The form's values as Gradio hands them over (numbers may be floats or None), in the form's order,
-    which is also the order of the `generate` API's parameters after the prompt."""
+    """The form's values as Gradio hands them over (numbers may be floats or None; None or an empty box is the
+    option's default), in the form's order, which is also the order of the `generate` API's parameters after
+    the prompt. Each field is the option of the same name."""
 
-    models_text: str
+    models: str  # one spec per line, or comma-separated
     drafter: str | None
     strategy: str
     max_new_tokens: float | None
-    lookahead: float
-    top_k: float
+    lookahead: float | None
+    top_k: float | None
     sharpen: str
-    sharpen_lambda: float
-    method: str
+    sharpen_lambda: float | None
+    ensemble_method: str
     safe_mode: str
     draft_gate: float | None
     per_token_commit: str
-    gate: str
+    gate: str  # a TOGGLES key
     temperature: float | None
-    top_p: float
+    top_p: float | None
     seed: float | None
     stop: str  # stop sequences, one per line, with \n, \t and \\ written as escapes (`stop_sequences`)
+    weights: str  # one per model, in the models' order, spaces or commas between; empty: equal weights
+    damage_kl_steps: float | None
+    overlap: str  # a TOGGLES key
 
     @staticmethod
     def defaults(specs: Sequence[str], strategy: str = "safe", max_new_tokens: int = 48) -> RunSettings:
-        """The form as it opens (the engine's defaults) for these models: what a `generate` API client sends,
-        as `astuple(...)` after the prompt."""
-        c = DecodeConfig()
-        e = c.ensemble
-        return RunSettings(
-            models_text="\n".join(specs),
-            drafter=specs[0],
-            strategy=strategy,
-            max_new_tokens=max_new_tokens,
-            lookahead=c.lookahead,
-            top_k=e.top_k,
-            sharpen=e.sharpen,
-            sharpen_lambda=e.sharpen_lambda,
-            method=e.method,
-            safe_mode=c.safe_mode,
-            draft_gate=c.draft_gate,
-            per_token_commit=c.per_token_commit,
-            gate="auto",
-            temperature=c.temperature,
-            top_p=c.top_p,
-            seed=None,
-            stop="",
-        )
+        """The form as it opens (the option table's defaults) for these models: what a `generate` API client
+        sends, as `astuple(...)` after the prompt."""
+        values = {name: form_value(OPTIONS[name]) for name in FIELDS}
+        values |= {"models": "\n".join(specs), "drafter": specs[0], "strategy": strategy}
+        return RunSettings(**values | {"max_new_tokens": max_new_tokens})
 
 
 FIELDS = tuple(f.name for f in fields(RunSettings))
+
+
+def form_value(option: Option) -> object:
+    """An option's default as its widget holds it."""
+    if option.kind == "toggle":
+        return "auto"
+    if option.kind in ("values", "append"):
+        return ""
+    return option.default
 
 
 class Form:
@@ -104,42 +111,44 @@ def build(prompt: str, settings: RunSettings) -> tuple[list[str], DecodeConfig]:
 
 
 def decoding(s: RunSettings) -> tuple[list[str], DecodeConfig]:
-    """The form without a prompt (the Benchmark tab's prompts come from task files)."""
-    specs = parse_specs(s.models_text)
+    """The form without a prompt (the Benchmark tab's prompts come from task files), checked by the option
+    table's own reader."""
+    specs = parse_specs(s.models)
     if not specs:
         raise ConfigError("no models given: type at least one model spec")
-    for spec in specs:
-        resolve_spec(spec)
-    if s.drafter and s.drafter not in specs:
-        raise ConfigError(f"the drafter {s.drafter} is not one of the models")
-    length = s.max_new_tokens
-    if length is None or length != int(length) or not 1 <= length <= MAX_NEW_TOKENS:
-        raise ConfigError(f"max new tokens must be a whole number from 1 to {MAX_NEW_TOKENS}")
-    if s.seed is not None and (s.seed != int(s.seed) or s.seed < 0):
-        raise ConfigError("the seed must be a whole number ≥ 0, or empty for a fresh one")
-    ensemble = EnsembleConfig(
-        method=s.method,
-        top_k=int(s.top_k),
-        sharpen=s.sharpen,
-        sharpen_lambda=float(s.sharpen_lambda),
-        gate=GATES[s.gate],
-    )
-    config = DecodeConfig(
-        strategy=s.strategy,
-        max_new_tokens=int(length),
-        lookahead=int(s.lookahead),
-        drafter=specs.index(s.drafter) if s.drafter else 0,
-        safe_mode=s.safe_mode,
-        per_token_commit=s.per_token_commit,
-        ensemble=ensemble,
-        temperature=float(s.temperature or 0),
-        top_p=float(s.top_p),
-        seed=None if s.seed is None else int(s.seed),
-        draft_gate=float(s.draft_gate or 0),
-        stop=stop_sequences(s.stop),
-    )
-    config.validate(len(specs))
+    given = {name: _read(OPTIONS[name], getattr(s, name)) for name in FIELDS}
+    _, config = parse_options({name: value for name, value in given.items() if value is not None})
     return specs, config
+
+
+def _read(option: Option, value: object) -> object:
+    """A widget's value as the option table's reader takes it; None (an empty box) leaves the default."""
+    if value is None or value == "":
+        return None
+    if option.kind == "toggle":
+        return TOGGLES[value]
+    if option.name == "models":
+        return parse_specs(value)
+    if option.name == "stop":
+        return list(stop_sequences(value))
+    if option.kind == "values":
+        return re.split(r"[,\s]+", str(value).strip())
+    if option.type in (int, float):
+        low, high = option.bounds or (None, None)
+        whole = option.type is int
+        if (whole and value != int(value)) or (low is not None and value < low) or (high is not None and value > high):
+            raise ConfigError(f"{option.label}: {bounds_text(option)}")
+        return option.type(value)
+    return value
+
+
+def bounds_text(option: Option) -> str:
+    """What a numeric option's widget takes, in words ("a whole number from 1 to 512")."""
+    low, high = option.bounds or (None, None)
+    what = "a whole number" if option.type is int else "a number"
+    if low is not None and high is not None:
+        return f"{what} from {low:g} to {high:g}"
+    return f"{what} ≥ {low:g}" if low is not None else what
 
 
 _ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}

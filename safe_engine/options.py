@@ -1,7 +1,8 @@
 """Every front door's options, declared once: the command line, the OpenAI-compatible server, lm-eval's model and
 the app take the same names, types, defaults and checks from here.
 
-`DECODING_OPTIONS` lists the decoding options (`LOADING_OPTIONS` the loading ones among them) as `Option`s.
+`DECODING_OPTIONS` lists the decoding options (`LOADING_OPTIONS` the loading ones among them) as `Option`s, and
+`OPTIONS` every option by name: the app's form draws its widgets (label, range, help) from the same rows.
 `add_decoding_options` turns them into command-line flags; `options_from_mapping` reads the same options from
 key → value (lm-eval's ``--model_args``, a request's extra fields) with no command line in between: keys are the
 option names with ``_`` or ``-`` (``top_k``, ``max-new-tokens``); a flag takes a boolean; a list (``models``,
@@ -25,7 +26,7 @@ from .contract.config import (
     DecodeConfig,
     EnsembleConfig,
 )
-from .contract.errors import SafeEngineError
+from .contract.errors import ConfigError, SafeEngineError
 from .distributed.ray_spec import RAY_PREFIX
 from .models.loading import CPU_LINEAR_MODES, DTYPES, LoadOptions
 from .models.specs import DEFAULT_MODELS, resolve_spec
@@ -66,7 +67,8 @@ class Option:
 
     kind: ``value`` (one value of `type`, within `choices` if given), ``values`` (one or more), ``append``
     (repeatable flag, one value each), ``flag`` (present or not) or ``toggle`` (``--x``/``--no-x``, None when
-    neither is given)."""
+    neither is given). `label`, `bounds` and `step` are how a form shows it (the app's widgets): `bounds` is the
+    range a form offers (None for no end), not a check; `DecodeConfig.validate` decides what runs."""
 
     name: str
     kind: str = "value"
@@ -77,6 +79,14 @@ class Option:
     metavar: str | None = None
     aliases: tuple[str, ...] = ()
     loading: bool = False  # how models load (shared with the app), not how a run decodes
+    label: str | None = None  # a form's label; None: not in the app's form
+    bounds: tuple[float | None, float | None] | None = None
+    step: float | None = None
+
+    @property
+    def text(self) -> str:
+        """The help as a reader sees it outside argparse (its %(default)s filled in, %% a percent sign)."""
+        return (self.help or "") % {"default": self.default}
 
     @property
     def flag(self) -> str:
@@ -146,7 +156,7 @@ LOADING_OPTIONS = (
     Option("no_chat_template", "flag", help="plain-text prompts for every model", loading=True),
 )
 
-STRATEGY = Option("strategy", default="safe", choices=STRATEGIES)
+STRATEGY = Option("strategy", default="safe", choices=STRATEGIES, label="Strategy")
 
 DECODING_OPTIONS = (
     Option(
@@ -155,29 +165,101 @@ DECODING_OPTIONS = (
         default=list(DEFAULT_MODELS),
         metavar="SPEC",
         help="embedded:NAME, a local folder, a .gguf file or a hub id (default: the embedded pair)",
+        label="Models (one spec per line)",
     ),
-    Option("drafter", metavar="SPEC", help="which of --models drafts (default: the first)"),
-    Option("max_new_tokens", type=int, default=DEFAULTS.max_new_tokens),
-    Option("lookahead", type=int, default=DEFAULTS.lookahead, help="drafted tokens per SAFE round (n)"),
-    Option("top_k", type=int, default=ENSEMBLE.top_k, help="each model's candidates in the union"),
-    Option("ensemble_method", default=ENSEMBLE.method, choices=METHODS),
-    Option("gate", "toggle", help="ensemble only where the drafter's top p < 0.5 (default: on for gac, as the paper)"),
-    Option("sharpen", default=ENSEMBLE.sharpen, choices=SHARPENING),
-    Option("sharpen_lambda", type=float, default=ENSEMBLE.sharpen_lambda),
-    Option("weights", "values", type=float, metavar="W", help="one weight per model, in --models order"),
-    Option("safe_mode", default=DEFAULTS.safe_mode, choices=SAFE_MODES, help=SAFE_MODE_HELP),
+    Option("drafter", metavar="SPEC", help="which of the models drafts (default: the first)", label="Drafter"),
     Option(
-        "per_token_commit", default=DEFAULTS.per_token_commit, choices=PER_TOKEN_COMMITS, help=PER_TOKEN_COMMIT_HELP
+        "max_new_tokens",
+        type=int,
+        default=DEFAULTS.max_new_tokens,
+        label="Max new tokens",
+        bounds=(1, 512),  # the engine takes more; on a CPU 512 tokens already take minutes
+        step=1,
     ),
-    Option("temperature", type=float, default=DEFAULTS.temperature, help="0: greedy (the paper's setting)"),
-    Option("top_p", type=float, default=DEFAULTS.top_p, help="nucleus sampling mass (with --temperature)"),
-    Option("seed", type=int, help="sampling seed (default: a fresh one, reported in the output)"),
+    Option(
+        "lookahead",
+        type=int,
+        default=DEFAULTS.lookahead,
+        help="drafted tokens per SAFE round (n)",
+        label="Lookahead n",
+        bounds=(1, 16),
+        step=1,
+    ),
+    Option(
+        "top_k",
+        type=int,
+        default=ENSEMBLE.top_k,
+        help="each model's candidates in the union",
+        label="Top-k per model",
+        bounds=(1, 50),
+        step=1,
+    ),
+    Option("ensemble_method", default=ENSEMBLE.method, choices=METHODS, label="Ensemble method"),
+    Option(
+        "gate",
+        "toggle",
+        help="GaC's gate: ensemble only where the drafter's top p < 0.5 (default: on for gac, as the paper runs it)",
+        label="GaC's gate",
+    ),
+    Option(
+        "sharpen",
+        default=ENSEMBLE.sharpen,
+        choices=SHARPENING,
+        help="how the ensemble's distribution is sharpened when its max p < 0.5",
+        label="Sharpening",
+    ),
+    Option(
+        "sharpen_lambda",
+        type=float,
+        default=ENSEMBLE.sharpen_lambda,
+        help="the heuristic sharpening's λ",
+        label="Heuristic λ",
+        bounds=(0.01, 0.99),
+        step=0.01,
+    ),
+    Option(
+        "weights", "values", type=float, metavar="W", help="one weight per model, in the models' order", label="Weights"
+    ),
+    Option("safe_mode", default=DEFAULTS.safe_mode, choices=SAFE_MODES, help=SAFE_MODE_HELP, label="SAFE mode"),
+    Option(
+        "per_token_commit",
+        default=DEFAULTS.per_token_commit,
+        choices=PER_TOKEN_COMMITS,
+        help=PER_TOKEN_COMMIT_HELP,
+        label="Per-token commit",
+    ),
+    Option(
+        "temperature",
+        type=float,
+        default=DEFAULTS.temperature,
+        help="0: greedy (the paper's setting)",
+        label="Temperature",
+        bounds=(0, None),
+    ),
+    Option(
+        "top_p",
+        type=float,
+        default=DEFAULTS.top_p,
+        help="nucleus sampling mass (when the temperature is above 0)",
+        label="Top-p",
+        bounds=(0.05, 1.0),
+        step=0.05,
+    ),
+    Option(
+        "seed",
+        type=int,
+        help="sampling seed (default: a fresh one, reported in the output)",
+        label="Seed",
+        bounds=(0, None),
+        step=1,
+    ),
     Option(
         "stop",
         "append",
         default=[],
         metavar="TEXT",
-        help="end the run at this text (repeatable; not inside the response's leading whitespace)",
+        help="end the run right after this text; several may be given (not inside the response's leading whitespace)",
+        label="Stop at",
     ),
     Option(
         "draft_gate",
@@ -186,6 +268,9 @@ DECODING_OPTIONS = (
         metavar="TAU",
         help="SAFE: end a draft right after a token the drafter gives p < TAU (default %(default)s; 0: the "
         "paper's full drafts)",
+        label="SAFE draft gate τ",
+        bounds=(0, 0.99),
+        step=0.05,
     ),
     Option(
         "damage_kl_steps",
@@ -193,18 +278,22 @@ DECODING_OPTIONS = (
         default=DEFAULTS.damage_kl_steps,
         metavar="N",
         help="measure the conditioning-damage KL at most N times (one extra forward pass each; 0: off)",
+        label="Damage KL steps",
+        bounds=(0, None),
+        step=1,
     ),
     Option(
         "overlap",
         "toggle",
         help="SAFE: verifiers' passes at once and the next draft during verification (the same output; "
         "default: on only when every model has its own GPU)",
+        label="Overlap",
     ),
     *LOADING_OPTIONS,
     Option("placement", default="local", choices=("local", "ray"), help="ray: each model in a Ray actor"),
     Option("ray_address", metavar="ADDR", help="an existing Ray cluster (default: start a local one)"),
 )
-_BY_NAME = {option.name: option for option in (STRATEGY, *DECODING_OPTIONS)}
+OPTIONS = {option.name: option for option in (STRATEGY, *DECODING_OPTIONS)}
 
 
 def _forced(value: str) -> tuple[int, str]:
@@ -248,13 +337,13 @@ def decoding_values(args: argparse.Namespace) -> dict[str, object]:
 def options_from_mapping(options: Mapping[str, object], base: Mapping[str, object] | None = None) -> argparse.Namespace:
     """The options `options` say over `base` over the defaults, read as the command line reads them; an unknown
     key or a bad value is a UsageError that names it. None means not given."""
-    values = {name: option.default for name, option in _BY_NAME.items()} | dict(base or {})
+    values = {name: option.default for name, option in OPTIONS.items()} | dict(base or {})
     for key, value in options.items():
         if value is None:
             continue
-        option = _BY_NAME.get(key.replace("-", "_"))
+        option = OPTIONS.get(key.replace("-", "_"))
         if option is None:
-            raise UsageError(f"unknown decoding option {key!r}; known: {', '.join(sorted(_BY_NAME))}")
+            raise UsageError(f"unknown decoding option {key!r}; known: {', '.join(sorted(OPTIONS))}")
         values[option.name] = option.read(key, value)
     return argparse.Namespace(**values)
 
@@ -296,7 +385,7 @@ def decoding_config(args: argparse.Namespace, strategy: str | None = None) -> De
     if args.drafter:
         matches = [i for i, spec in enumerate(specs) if args.drafter in (spec, resolve_spec(spec).short_name)]
         if not matches:
-            raise UsageError(f"--drafter {args.drafter} is not one of --models")
+            raise ConfigError(f"the drafter {args.drafter} is not one of the models")
         drafter = matches[0]
     ensemble = EnsembleConfig(
         method=args.ensemble_method,

@@ -51,7 +51,7 @@ def test_plan_takes_the_bench_fields_and_the_live_models(tmp_path):
         ({"limit": 0}, "the limit must be"),
         ({"limit": MAX_LIMIT + 1}, "the limit must be"),
         ({"limit": None}, "the limit must be"),
-        ({"max_new": 0}, "max new tokens must be"),
+        ({"max_new": 0}, "Max new tokens: a whole number from 1 to 512"),
         ({"live": ["embedded:gemma-3-270m", None, *LIVE[2:]], "strategies": ["safe"]}, "needs at least two models"),
     ],
 )

@@ -1,12 +1,13 @@
 """The UI's rendering, without a browser or a model: events → view → HTML and Plotly figures."""
 
+from dataclasses import asdict
 from pathlib import Path
 
 import plotly.graph_objects as go
 import pytest
 
 from components.settings import MAX_NEW_TOKENS, RunSettings, build, parse_specs, stop_sequences, stop_text
-from safe_engine.contract.errors import ConfigError, ModelSpecError
+from safe_engine.contract.errors import ConfigError, ModelSpecError, SafeEngineError
 from safe_engine.contract.events import (
     Candidate,
     CommittedToken,
@@ -271,25 +272,9 @@ def test_bad_traces_say_why(tmp_path):
             read_trace(path)
 
 
-FORM = dict(
-    models_text="embedded:gemma-3-270m\nembedded:smollm2-135m-instruct",
-    drafter=None,
-    strategy="safe",
-    max_new_tokens=16,
-    lookahead=5,
-    top_k=10,
-    sharpen="heuristic",
-    sharpen_lambda=0.1,
-    method="unite",
-    safe_mode="exact",
-    draft_gate=0.3,
-    per_token_commit="first-subtoken",
-    gate="auto",
-    temperature=0,
-    top_p=1.0,
-    seed=None,
-    stop="",
-)
+FORM = asdict(RunSettings.defaults(["embedded:gemma-3-270m", "embedded:smollm2-135m-instruct"], "safe", 16)) | {
+    "drafter": None
+}
 
 
 @pytest.mark.parametrize(
@@ -297,14 +282,17 @@ FORM = dict(
     [
         ({"prompt": "   "}, ConfigError, "prompt is empty"),
         ({"prompt": "x" * 5000}, ConfigError, "limit here is 4000"),
-        ({"models_text": "embedded:nope"}, ModelSpecError, "unknown embedded model"),
-        ({"models_text": ""}, ConfigError, "no models"),
-        ({"max_new_tokens": 0}, ConfigError, "max new tokens"),
-        ({"max_new_tokens": MAX_NEW_TOKENS + 1}, ConfigError, "max new tokens"),
-        ({"max_new_tokens": None}, ConfigError, "max new tokens"),
+        ({"models": "embedded:nope"}, ModelSpecError, "unknown embedded model"),
+        ({"models": ""}, ConfigError, "no models"),
+        ({"max_new_tokens": 0}, ConfigError, "Max new tokens: a whole number from 1 to 512"),
+        ({"max_new_tokens": MAX_NEW_TOKENS + 1}, ConfigError, "Max new tokens"),
+        ({"max_new_tokens": 2.5}, ConfigError, "Max new tokens"),
+        ({"seed": -1}, ConfigError, "Seed: a whole number ≥ 0"),
         ({"drafter": "embedded:other"}, ConfigError, "not one of the models"),
-        ({"models_text": "embedded:gemma-3-270m"}, ConfigError, "at least two models"),
+        ({"models": "embedded:gemma-3-270m"}, ConfigError, "at least two models"),
         ({"draft_gate": 1.0}, ConfigError, "draft gate"),
+        ({"weights": "1 x"}, SafeEngineError, "invalid float value: 'x'"),
+        ({"weights": "1 2 3"}, ConfigError, "weight"),
     ],
 )
 def test_bad_form_input_fails_before_loading(change, error, message):
@@ -320,12 +308,18 @@ def test_good_form_input_builds_a_config():
     assert specs == parse_specs("embedded:gemma-3-270m, embedded:smollm2-135m-instruct")
     assert (config.drafter, config.strategy, config.max_new_tokens) == (1, "per-token", 16)
     three = "embedded:gemma-3-270m\nembedded:smollm2-135m-instruct\nembedded:smollm2-135m-instruct"  # one per line
-    specs, config = build(
-        "Hi", RunSettings(**(FORM | {"models_text": three, "temperature": 0.7, "seed": 5, "gate": "off"}))
-    )
+    specs, config = build("Hi", RunSettings(**(FORM | {"models": three, "temperature": 0.7, "seed": 5, "gate": "off"})))
     assert len(specs) == 3 and (config.temperature, config.seed, config.ensemble.gate) == (0.7, 5, False)
     assert config.draft_gate == 0.3 and build("Hi", RunSettings(**(FORM | {"draft_gate": 0})))[1].draft_gate == 0.0
     assert build("Hi", RunSettings(**FORM))[1].stop == ()
+    emptied = build("Hi", RunSettings(**(FORM | {"max_new_tokens": None, "draft_gate": None, "top_k": None})))[1]
+    assert (emptied.max_new_tokens, emptied.draft_gate, emptied.ensemble.top_k) == (
+        64,
+        0.3,
+        10,
+    )  # the options' defaults
+    weighted = build("Hi", RunSettings(**(FORM | {"weights": "0.7, 0.3", "overlap": "on", "damage_kl_steps": 0})))[1]
+    assert (weighted.ensemble.weights, weighted.overlap, weighted.damage_kl_steps) == ((0.7, 0.3), True, 0)
 
 
 def test_the_stop_box_holds_one_sequence_a_line_with_escapes():
