@@ -187,9 +187,9 @@ MUTATIONS = [
     Mutation(
         "no-gac-gate-safe",
         "GaC's gate (SAFE)",
-        "safe_engine/strategies/safe.py",
-        "run.config.ensemble.gated and rules.gate_keeps",
-        "False and rules.gate_keeps",
+        "safe_engine/decisions/rules.py",
+        "gated and gate_keeps(at.drafter_top_p)",
+        "False and gate_keeps(at.drafter_top_p)",
     ),
     Mutation(
         "no-gac-gate-per-token",
@@ -222,9 +222,9 @@ MUTATIONS = [
     Mutation(
         "sampling-keeps-unanimity",
         "sampling drops unanimity",
-        "safe_engine/strategies/safe.py",
-        "if run.sampler.greedy:",
-        "if True:",
+        "safe_engine/decisions/rules.py",
+        "consensus(at.agrees, mean_p) if greedy else None",
+        "consensus(at.agrees, mean_p)",
     ),
     Mutation(
         "acceptance-ignores-p-draft",

@@ -331,3 +331,39 @@ def test_a_special_token_without_text_is_never_ensembled():
     a, b = pair({"": {"a": 1.0}, "a": {"<unk>": 0.6, "b": 0.4}}, {"": {"a": 1.0}, "a": {"b": 1.0}})
     events = run([a, b], max_new_tokens=5)
     assert checks(events)[1:] == [("<unk>", "skipped-oov", "a special token with no text")] * 4
+
+
+def test_the_verdict_applies_the_rules_in_algorithm_1s_order():
+    """Stability before need, need before GaC's gate, the gate before the acceptance draw (drawn only then)."""
+    from safe_engine.contract.reasons import Decision, Reason
+    from safe_engine.decisions.rules import Position, Verdict, verdict
+
+    draws = []
+
+    def accept(p):
+        draws.append(p)
+        return p > 0.5
+
+    def at(**numbers):
+        return Position(None, (1.0, 1.0), **({"own_ps": (0.2, 0.2), "agrees": (False,)} | numbers))
+
+    never = Position(Reason.BOUNDARY_MISSING, drafter_top_p=0.9)
+    assert verdict(never, True, True, accept) == Verdict(Decision.SKIPPED_OOV, Reason.BOUNDARY_MISSING)
+    unanimous = verdict(at(agrees=(True,), drafter_top_p=0.9), greedy=True, gated=True, accept=accept)
+    assert (unanimous.reason, unanimous.mean_p) == (Reason.UNANIMITY, pytest.approx(0.2))  # need before the gate
+    assert verdict(at(drafter_top_p=0.9), True, True, accept).reason == Reason.GATE
+    assert verdict(at(drafter_top_p=0.9), True, False, accept).reason == Reason.NO_CONSENSUS
+    assert verdict(at(agrees=(True,), drafter_top_p=0.9), False, True, accept).reason == Reason.GATE and not draws
+    kept = verdict(at(own_ps=(0.6, 0.6), agrees=(True,), drawn_p=0.8), greedy=False, gated=False, accept=accept)
+    assert (kept.decision, kept.reason, kept.accept_p, draws) == (
+        Decision.SKIPPED_CONSENSUS,
+        Reason.ACCEPTED,
+        pytest.approx(0.75),
+        [pytest.approx(0.75)],
+    )
+    resampled = verdict(at(drawn_p=0.8), greedy=False, gated=False, accept=accept)
+    assert (resampled.decision, resampled.reason, resampled.accept_p) == (
+        Decision.ENSEMBLED,
+        Reason.RESAMPLED,
+        pytest.approx(0.25),
+    )

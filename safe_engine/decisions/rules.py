@@ -8,14 +8,17 @@
    is that same weighted mean and P_draft(d_j) the probability the drafter drew d_j with.
 3. GaC's gate (on for GaC by default): ensemble only where the drafter's top probability is below ½.
 
-Each rule is pinned by a decode-level test in tests/test_rules.py and checked by scripts/mutations.py.
+`verdict` applies them in Algorithm 1's order to what one position shows (`Position`): one pure function from
+the numbers to the decision, its reason and the probabilities it rested on. Each rule is pinned by a
+decode-level test in tests/test_rules.py and checked by scripts/mutations.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
-from ..contract.reasons import Reason
+from ..contract.reasons import Decision, Reason
 
 CONSENSUS_THRESHOLD = 0.5
 GATE_THRESHOLD = 0.5
@@ -48,3 +51,45 @@ def acceptance(mean_p: float, p_draft: float) -> float:
 def gate_keeps(drafter_top_p: float) -> bool:
     """Rule 3: the drafter is confident enough that GaC does not ensemble here."""
     return drafter_top_p >= GATE_THRESHOLD
+
+
+@dataclass(frozen=True)
+class Position:
+    """What the rules read at one drafted position."""
+
+    unsafe: Reason | None  # rule 1's finding: why no verifier may ensemble here, or None (a safe position)
+    weights: Sequence[float] = ()  # each model's, drafter first
+    own_ps: Sequence[float] = ()  # each model's probability of its own token here, drafter first
+    agrees: Sequence[bool] = ()  # each verifier: its argmax is its own token
+    drafter_top_p: float = 1.0
+    drawn_p: float = 1.0  # sampling: the probability the drafter drew the token with
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """SAFE's decision at one position, why, and the probabilities it rested on."""
+
+    decision: Decision
+    reason: Reason
+    mean_p: float | None = None  # Σ wᵢ·Pᵢ(own token), at a safe position
+    accept_p: float | None = None  # sampling: the probability the draft was kept with
+
+
+def verdict(at: Position, greedy: bool, gated: bool, accept: Callable[[float], bool]) -> Verdict:
+    """The rules in Algorithm 1's order: stability, need (consensus, greedy), GaC's gate, and under sampling the
+    acceptance draw. `accept(p)` draws it (the run's sampler), called only when the rules reach it, so the random
+    stream is the one the paper's loop consumes."""
+    if at.unsafe is not None:
+        return Verdict(Decision.SKIPPED_OOV, at.unsafe)
+    mean_p = weighted_mean(at.weights, at.own_ps)
+    kept = consensus(at.agrees, mean_p) if greedy else None
+    if kept is None and gated and gate_keeps(at.drafter_top_p):
+        kept = Reason.GATE
+    if kept is not None:
+        return Verdict(Decision.SKIPPED_CONSENSUS, kept, mean_p)
+    if greedy:
+        return Verdict(Decision.ENSEMBLED, Reason.NO_CONSENSUS, mean_p)
+    accept_p = acceptance(mean_p, at.drawn_p)
+    if accept(accept_p):
+        return Verdict(Decision.SKIPPED_CONSENSUS, Reason.ACCEPTED, mean_p, accept_p)
+    return Verdict(Decision.ENSEMBLED, Reason.RESAMPLED, mean_p, accept_p)

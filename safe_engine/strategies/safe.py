@@ -125,42 +125,40 @@ def _score(verifier: Participant, ids: list[int], starts: list[int]) -> dict[int
 
 
 def check_position(run: Run, draft: Draft, layout: Layout, scores: Scores, j: int) -> PositionVerified:
-    """SAFE's decision at drafted token j (`rules`), as the event that explains it."""
-    token_id = draft.ids[j]
+    """SAFE's decision at drafted token j (`rules.verdict`), as the event that explains it."""
     s, e = layout.spans[j]
     views = [_verifier_view(run, k, layout, scores, j) for k in range(len(run.verifiers))]
-    event = PositionVerified(
+    found = rules.verdict(
+        _position(run, draft, layout, views, j), run.sampler.greedy, run.config.ensemble.gated, run.sampler.accept
+    )
+    return PositionVerified(
         round=run.round,
         position=len(run.response.ids) + j,
-        token=key_text(run.drafter.lm.key_of(token_id)),
+        token=key_text(run.drafter.lm.key_of(draft.ids[j])),
         start=layout.index.char_of_byte(s),
         end=layout.index.char_of_byte(e),
         verifiers=views,
-        mean_p=None,
-        decision=Decision.SKIPPED_OOV,
+        mean_p=found.mean_p,
+        decision=found.decision,
+        reason=found.reason.text([v.model for v in views if v.oov_like]),
+        accept_p=found.accept_p,
+        reason_code=found.reason,
     )
+
+
+def _position(run: Run, draft: Draft, layout: Layout, views: list[VerifierView], j: int) -> rules.Position:
+    """What the rules read at drafted token j: the drafter's numbers and each verifier's view."""
     if not layout.safe(j):
-        event.reason_code = layout.unsafe[j] or Reason.BOUNDARY_MISSING
-        event.reason = event.reason_code.text([v.model for v in views if v.oov_like])
-        return event
-    weights = [p.weight for p in run.parts]
-    event.mean_p = rules.weighted_mean(weights, [draft.probs[j][token_id].item()] + [v.p for v in views])
-    if run.sampler.greedy:
-        keep = rules.consensus([v.agrees for v in views], event.mean_p)
-    else:
-        keep = None
-    if keep is None and run.config.ensemble.gated and rules.gate_keeps(draft.probs[j].max().item()):
-        keep = Reason.GATE
-    if keep is None and not run.sampler.greedy:
-        event.accept_p = rules.acceptance(event.mean_p, draft.drawn_p[j])
-        keep = Reason.ACCEPTED if run.sampler.accept(event.accept_p) else None
-    if keep is not None:
-        event.decision, event.reason_code = Decision.SKIPPED_CONSENSUS, keep
-    else:
-        event.decision = Decision.ENSEMBLED
-        event.reason_code = Reason.NO_CONSENSUS if run.sampler.greedy else Reason.RESAMPLED
-    event.reason = event.reason_code.text()
-    return event
+        return rules.Position(layout.unsafe[j] or Reason.BOUNDARY_MISSING)
+    probs = draft.probs[j]
+    return rules.Position(
+        None,
+        [p.weight for p in run.parts],
+        [probs[draft.ids[j]].item(), *(v.p for v in views)],
+        [v.agrees for v in views],
+        probs.max().item(),
+        draft.drawn_p[j],
+    )
 
 
 def ensemble_position(
