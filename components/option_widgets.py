@@ -12,8 +12,9 @@ from .settings import TOGGLES, form_value
 
 def widget(name: str, *, number: bool = False, **extra) -> gr.components.Component:
     """The option's widget: choices and toggles as radio buttons, a number with both ends as a slider (`number`:
-    a box instead, its range in the label), other numbers as a box, the rest as text. `extra` goes to Gradio
-    (value, elem_id, render, lines, ...)."""
+    a box instead, its range in the label), other numbers as a box, the rest as text. A box takes any number:
+    one out of range is refused by `settings.decoding` with a message in the page, not by the browser. `extra`
+    goes to Gradio (value, elem_id, render, lines, ...)."""
     option = OPTIONS[name]
     shown = {"label": option.label, "info": option.text or None, "value": form_value(option)} | extra
     if option.kind == "toggle":
@@ -26,6 +27,6 @@ def widget(name: str, *, number: bool = False, **extra) -> gr.components.Compone
             return gr.Slider(low, high, step=option.step, **shown)
         if low is not None and high is not None:
             shown["label"] = f"{shown['label']} ({low:g}–{high:g})"
-        precision = 0 if option.type is int else None
-        return gr.Number(minimum=low, maximum=high, step=option.step, precision=precision, **shown)
+        precision = 0 if option.type is int else None  # no minimum/maximum: the table's check says it in the page
+        return gr.Number(step=option.step, precision=precision, **shown)
     return gr.Textbox(**shown)

@@ -235,7 +235,7 @@ def test_bad_input_shows_a_message_and_no_trace(page):
     _run(page, "Hello", 16, models="embedded:no-such-model")
     expect(page.locator("#live-status")).to_contain_text("unknown embedded model", timeout=30_000)
     _run(page, "Hello", 100_000, models="embedded:gemma-3-270m\nembedded:smollm2-135m-instruct")
-    expect(page.locator("#live-status")).to_contain_text("max new tokens must be", timeout=30_000)
+    expect(page.locator("#live-status")).to_contain_text("Max new tokens: a whole number from 1 to 512", timeout=30_000)
     assert "Traceback" not in page.content()
 
 
