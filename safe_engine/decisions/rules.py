@@ -61,7 +61,7 @@ class Position:
     weights: Sequence[float] = ()  # each model's, drafter first
     own_ps: Sequence[float] = ()  # each model's probability of its own token here, drafter first
     agrees: Sequence[bool] = ()  # each verifier: its argmax is its own token
-    drafter_top_p: float = 1.0
+    drafter_top_p: float | None = None  # read only when GaC's gate is on
     drawn_p: float = 1.0  # sampling: the probability the drafter drew the token with
 
 

@@ -156,7 +156,7 @@ def _position(run: Run, draft: Draft, layout: Layout, views: list[VerifierView],
         [p.weight for p in run.parts],
         [probs[draft.ids[j]].item(), *(v.p for v in views)],
         [v.agrees for v in views],
-        probs.max().item(),
+        probs.max().item() if run.config.ensemble.gated else None,  # read only by GaC's gate
         draft.drawn_p[j],
     )
 
