@@ -41,7 +41,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import astuple, replace
 from pathlib import Path
 
@@ -54,8 +54,7 @@ from safe_engine.models.cache import load_models
 from safe_engine.models.loading import LoadOptions
 from safe_engine.models.specs import DEFAULT_MODELS
 from safe_engine.orchestration.comparison import warm_up
-from safe_engine.runtime.executors import model_executor
-from safe_engine.runtime.session import SCHEDULER, ModelSession
+from safe_engine.runtime.session import SCHEDULER
 from safe_engine.strategies.decoding import DecodeConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,7 +68,7 @@ class SlotPeak:
     """Samples the KV slots' bytes of every model while a batch size runs."""
 
     def __init__(self, models):
-        self.executors = [model_executor(SCHEDULER, lm) for lm in models]
+        self.executors = [lm.sessions.executor(SCHEDULER) for lm in models]
         self.peak, self._stop = 0, threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
 
@@ -111,7 +110,7 @@ def first_difference(models, prompt: str, alone, batched) -> dict:
     index = next((i for i, (a, b) in enumerate(zip(alone, batched)) if a[0] != b[0]), min(len(alone), len(batched)))
     drafter = models[0]
     ids = drafter.encode_prompt(prompt) + [i for piece, _ in alone[:index] for i in piece]
-    with ModelSession(drafter) as session:
+    with closing(drafter.open_session()) as session:
         top = session.next_token_logits(ids, [len(ids)])[0].topk(2).values.tolist()
     decision = alone[index][1] if index < len(alone) else "ended"
     return {"prompt": prompt, "token": index, "decision_alone": decision, "drafter_top2_gap": top[0] - top[1]}

@@ -48,7 +48,7 @@ def problem(status: gr.HTML, exc: BaseException, doing: str) -> dict:
 
 def sharing_html(models: list[LoadedModel]) -> str:
     """The small line that says how many runs, in every session, share these models' forward passes now."""
-    n = runs_sharing(models)
+    n = runs_sharing([lm.sessions for lm in models])
     if n < 2:
         line = f"{n or 'No'} run on the models now."
     else:

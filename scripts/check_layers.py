@@ -1,6 +1,8 @@
 """The layers contract: every module of the engine and the UI belongs to a layer, nothing imports a layer above
-its own, and no modules import each other in a circle. Imports inside functions count (a lazy import is still
-an import); imports under ``if TYPE_CHECKING:`` do not (they never run).
+its own, and no modules import each other in a circle. Every import counts: inside functions (a lazy import is
+still an import) and under ``if TYPE_CHECKING:`` (a type a layer names is a dependency, even if it never runs).
+A model held elsewhere is a session factory, not a subclass: `LoadedModel` is subclassed nowhere outside
+`safe_engine.models` (`SEALED`).
 
     python -m scripts.check_layers [ROOT]
 
@@ -38,6 +40,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (  # bottom first; a module belongs to the
     ("components",),  # the UI consumes the engine; the engine never imports it
 )
 FORBIDDEN_IN_ENGINE = ("gradio", "components")  # no UI imports in safe_engine/
+SEALED = {"LoadedModel": "safe_engine.models"}  # class -> the only package that may subclass it
 
 
 @dataclass(frozen=True)
@@ -60,23 +63,13 @@ def modules(root: Path) -> dict[str, Path]:
     return found
 
 
-def _type_checking_lines(tree: ast.AST) -> set[int]:
-    lines: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            for child in node.body:
-                lines.update(range(child.lineno, (child.end_lineno or child.lineno) + 1))
-    return lines
-
-
 def imports(root: Path, name: str, path: Path, known: dict[str, Path]) -> tuple[list[Edge], list[str]]:
     """The project modules `name` imports (at any depth of its code) and the third-party roots it names."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    skip = _type_checking_lines(tree)
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     edges, external = [], []
     for node in ast.walk(tree):
-        if not isinstance(node, ast.Import | ast.ImportFrom) or node.lineno in skip:
+        if not isinstance(node, ast.Import | ast.ImportFrom):
             continue
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
@@ -91,6 +84,20 @@ def imports(root: Path, name: str, path: Path, known: dict[str, Path]) -> tuple[
         else:
             external.append(targets[-1].split(".")[0])
     return edges, external
+
+
+def sealed_subclasses(name: str, path: Path) -> list[tuple[str, str, int]]:
+    """(class, sealed base, line) for each class of the module that subclasses a `SEALED` class outside its package."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        for base in node.bases:
+            base_name = base.id if isinstance(base, ast.Name) else getattr(base, "attr", None)
+            home = SEALED.get(base_name)
+            if home is not None and not (name == home or name.startswith(home + ".")):
+                found.append((node.name, base_name, node.lineno))
+    return found
 
 
 def layer_of(name: str) -> int:
@@ -156,6 +163,11 @@ def breaches(root: Path) -> list[str]:
                     f"{path.relative_to(root)}:{edge.line}: {name} (layer {layer}) imports {edge.target} "
                     f"(layer {layer_of(edge.target)}), a layer above its own"
                 )
+        for cls, base, line in sealed_subclasses(name, path):
+            problems.append(
+                f"{path.relative_to(root)}:{line}: {cls} subclasses {base}, sealed to {SEALED[base]}: "
+                "supply a session factory (contract.sessions.Sessions) instead"
+            )
         if name.startswith("safe_engine"):
             for root_name in sorted(set(external) & set(FORBIDDEN_IN_ENGINE)):
                 problems.append(f"{path.relative_to(root)}: the engine imports {root_name}, a UI package")

@@ -19,7 +19,6 @@ import pytest
 from safe_engine.models.cache import load_models
 from safe_engine.models.loading import LoadOptions
 from safe_engine.models.specs import DEFAULT_MODELS
-from safe_engine.runtime.executors import model_executor
 from safe_engine.runtime.session import SCHEDULER
 from safe_engine.strategies import decoding
 
@@ -35,7 +34,7 @@ def out_of_step(config: decoding.DecodeConfig) -> decoding.DecodeConfig:
 def hold_first_pass(models, runs: int, held: threading.Event, ended: threading.Event) -> None:
     """Hold the models' devices until each of the runs queued its first request (or the run under test
     ended), so that the first pass is shared by all; the twins then stay in step."""
-    executors = {model_executor(SCHEDULER, lm) for lm in models}
+    executors = {lm.sessions.executor(SCHEDULER) for lm in models}
     with ExitStack() as devices:
         for device in sorted({str(lm.device) for lm in models}):
             devices.enter_context(SCHEDULER.device(device))

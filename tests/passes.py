@@ -6,7 +6,6 @@ import time
 import torch
 
 from safe_engine import decode_many
-from safe_engine.runtime.executors import model_executor
 
 
 def full_forward(lm, ids, starts):
@@ -16,7 +15,7 @@ def full_forward(lm, ids, starts):
 
 
 def queued(scheduler, lm) -> int:
-    executor = model_executor(scheduler, lm)
+    executor = lm.sessions.executor(scheduler)
     with scheduler.lock:
         return executor.waiting()
 

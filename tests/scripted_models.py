@@ -22,7 +22,7 @@ from types import SimpleNamespace
 import torch
 from tiny_models import EOS, unigram_tokenizer
 
-from safe_engine.models.loading import LoadedModel
+from safe_engine.models.loading import LoadedModel, local_model
 from safe_engine.models.specs import ResolvedSpec
 from safe_engine.tokenization.alignment import TokenBytes
 
@@ -83,13 +83,13 @@ def scripted(name: str, pieces: list[str], table: Table, prompt: str) -> LoadedM
     """A scripted model whose vocabulary holds `pieces` (longer pieces win, like a trained tokenizer)."""
     tokenizer = unigram_tokenizer(pieces)
     model = ScriptedLM(tokenizer, prompt, table)
-    return LoadedModel(
-        ResolvedSpec(f"scripted:{name}", "folder", name),
-        name,
+    spec = ResolvedSpec(f"scripted:{name}", "folder", name)
+    return local_model(
+        spec,
         model,
         tokenizer,
         "cpu",
         torch.float32,
-        False,
-        frozenset({tokenizer.eos_token_id}),
+        use_chat_template=False,
+        eos_ids=frozenset({tokenizer.eos_token_id}),
     )

@@ -16,7 +16,6 @@ from components.run_stream import sharing_html
 from components.settings import RunSettings
 from components.stops import Stops
 from safe_engine.models.cache import load_models
-from safe_engine.runtime.executors import model_executor
 from safe_engine.runtime.session import SCHEDULER, runs_sharing
 from safe_engine.strategies.decoding import DecodeConfig, decode
 
@@ -53,7 +52,7 @@ def _wait_queued(lm, n: int) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         with SCHEDULER.lock:
-            if model_executor(SCHEDULER, lm).waiting() == n:
+            if lm.sessions.executor(SCHEDULER).waiting() == n:
                 return
         time.sleep(0.02)
     pytest.fail(f"{n} sessions' runs did not wait on the models together")
@@ -94,7 +93,7 @@ def test_sessions_run_at_once_and_each_gets_its_run_alone(served):
     for finished in together:
         forward = finished["stats"]["forward"]
         assert any(entry["rows"] > entry["passes"] for entry in forward.values())  # passes were shared
-    assert runs_sharing(load_models(specs)) == 0
+    assert runs_sharing([lm.sessions for lm in load_models(specs)]) == 0
 
 
 def test_stop_ends_only_the_run_of_the_session_that_pressed_it(served):

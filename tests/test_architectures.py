@@ -46,10 +46,10 @@ from safe_engine.cli import main
 from safe_engine.contract.errors import ModelLoadError
 from safe_engine.contract.events import EnsemblePoint, RunFinished, TextCommitted
 from safe_engine.runtime.batching import ModelExecutor
-from safe_engine.runtime.executors import KV_SLOTS, OWN_CACHE, RuntimePath, model_executor, runtime_path
+from safe_engine.runtime.executors import KV_SLOTS, OWN_CACHE, RuntimePath, runtime_path
 from safe_engine.runtime.own_cache import OwnCacheExecutor
 from safe_engine.runtime.scheduler import Scheduler
-from safe_engine.runtime.session import ModelSession
+from safe_engine.runtime.session import LocalSessions
 from safe_engine.strategies.decoding import DecodeConfig, decode
 
 pytestmark = pytest.mark.architectures
@@ -148,29 +148,28 @@ def single_alone_and_in_a_batch(lm, ref: Reference) -> tuple[list, list]:
 def test_single_gives_transformers_tokens_alone_and_in_a_batch(loaded, references, name, dtype):
     lm, ref = loaded(name, dtype), references(name, dtype)
     check_clear(ref, SLOT_FAMILIES[name].window)
-    assert lm.runtime == RuntimePath(KV_SLOTS) and lm.describe()["runtime"] == KV_SLOTS
+    assert lm.sessions.path == RuntimePath(KV_SLOTS) and lm.describe()["runtime"] == KV_SLOTS
     alone, batched = single_alone_and_in_a_batch(lm, ref)
     expected = ref.tokens[: ref.compared]
     assert generated(alone) == expected
     assert generated(batched) == expected
     stats = forward(batched, lm)
     assert stats["rows"] > stats["passes"]  # it shared passes: the batched runtime, not one run at a time
-    assert isinstance(model_executor(Scheduler(), lm), ModelExecutor)
+    assert isinstance(lm.sessions.executor(Scheduler()), ModelExecutor)
 
 
 @pytest.mark.parametrize("name", list(OWN_CACHE_FAMILIES))
 def test_families_outside_the_kv_slots_run_on_their_own_cache_with_transformers_tokens(loaded, references, name):
     lm, ref = loaded(name), references(name, "float32")
     check_clear(ref, None)
-    assert lm.runtime.name == OWN_CACHE and lm.describe()["runtime_reason"] == lm.runtime.reason
-    assert {"falcon": "attention interface", "lfm2": "kind conv", "bloom": "attention interface"}[name] in (
-        lm.runtime.reason
-    )
+    path = lm.sessions.path
+    assert path.name == OWN_CACHE and lm.describe()["runtime_reason"] == path.reason
+    assert {"falcon": "attention interface", "lfm2": "kind conv", "bloom": "attention interface"}[name] in path.reason
     alone, batched = single_alone_and_in_a_batch(lm, ref)
     assert generated(alone) == generated(batched) == ref.tokens
     stats = forward(batched, lm)
     assert stats["rows"] == stats["passes"]  # one run at a time
-    assert isinstance(model_executor(Scheduler(), lm), OwnCacheExecutor)
+    assert isinstance(lm.sessions.executor(Scheduler()), OwnCacheExecutor)
 
 
 # ---------------------------------------------------------------- rollback
@@ -183,7 +182,7 @@ def test_rows_rolled_back_get_fresh_forward_logits_past_the_window(loaded, name)
     scheduler = Scheduler()
     rng = random.Random(0)
     vocab = list(range(3, len(lm.tokenizer)))
-    sessions = [ModelSession(lm, scheduler) for _ in range(4)]
+    sessions = [lm.sessions.open(scheduler) for _ in range(4)]
     ids = [[rng.choice(vocab) for _ in range(rng.randint(2 * WINDOW, 2 * WINDOW + 8))] for _ in sessions]
     for _ in range(6):
         for i in range(len(ids)):
@@ -200,7 +199,7 @@ def test_rows_rolled_back_get_fresh_forward_logits_past_the_window(loaded, name)
         for got, x, t in zip(results, ids, starts):
             torch.testing.assert_close(got, full_forward(lm, x, t), atol=1e-4, rtol=1e-4)
     on_slots = name in SLOT_FAMILIES
-    assert lm.runtime.name == (KV_SLOTS if on_slots else OWN_CACHE)
+    assert lm.sessions.path.name == (KV_SLOTS if on_slots else OWN_CACHE)
     assert {s.stats.rows / s.stats.passes for s in sessions} == ({4.0} if on_slots else {1.0})
     for session in sessions:
         session.close()
@@ -216,7 +215,9 @@ ENSEMBLE_TOKENS = 20
 
 def on_own_cache(lm):
     """The same weights served one run at a time on transformers' cache: the reference for the KV slots."""
-    forced = dataclasses.replace(lm, runtime=RuntimePath(OWN_CACHE, "the test's reference"))
+    forced = dataclasses.replace(
+        lm, sessions=LocalSessions(lm.sessions.weights, RuntimePath(OWN_CACHE, "the test's reference"))
+    )
     forced.vocab = lm.vocab  # the same tokenizer: its byte table (seconds for Gemma's) is not built again
     return forced
 
@@ -294,7 +295,7 @@ def test_a_transformers_that_renamed_the_cache_again_is_named_as_the_cause(folde
     assert message.startswith(f"transformers {transformers.__version__} names a causal LM's cache none of cache")
     assert message.endswith("this version is not supported") and "bloom" not in message.lower()
     assert capsys.readouterr().err.splitlines()[-1] == f"error: {message}"
-    assert load(folders["llama"]).runtime.name == KV_SLOTS  # the KV slots take no cache from transformers
+    assert load(folders["llama"]).sessions.path.name == KV_SLOTS  # the KV slots take no cache from transformers
 
 
 def test_a_layer_writing_no_slot_sends_the_model_to_its_own_cache(folders, references):
@@ -304,9 +305,9 @@ def test_a_layer_writing_no_slot_sends_the_model_to_its_own_cache(folders, refer
     layer = lm.model.model.layers[1].self_attn
     layer.config = copy.copy(layer.config)
     layer.config._attn_implementation = "sdpa"
-    path = runtime_path(lm)
+    path = runtime_path(lm.sessions.weights)
     assert path.name == OWN_CACHE and "wrote the KV slots in 1 of its 2 layers" in path.reason
-    lm.runtime = path
+    lm.sessions = LocalSessions(lm.sessions.weights, path)
     ref = references("llama", "float32")
     assert generated(list(decode([lm], PROMPT, single(NEW_TOKENS), scheduler=Scheduler()))) == ref.tokens
 
@@ -325,7 +326,8 @@ def test_a_model_that_loses_its_positions_in_a_shared_pass_runs_on_its_own_cache
 
     monkeypatch.setattr(modeling_llama.LlamaRotaryEmbedding, "forward", counted_here)
     lm = load(folders["llama"])
-    assert lm.runtime.name == OWN_CACHE and "differ from its own forward's" in lm.runtime.reason
+    path = lm.sessions.path
+    assert path.name == OWN_CACHE and "differ from its own forward's" in path.reason
     ref = transformers_greedy(folders["llama"], lm.encode_prompt(PROMPT), "float32")
     assert min(ref.margins) >= FP32_MARGIN
     alone, batched = single_alone_and_in_a_batch(lm, ref)

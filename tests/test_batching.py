@@ -2,6 +2,7 @@
 
 import random
 import threading
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -14,10 +15,9 @@ from safe_engine import DecodeRequest, decode_ahead, decode_many
 from safe_engine.contract.errors import ConfigError
 from safe_engine.contract.events import RunFinished, TextCommitted
 from safe_engine.models.loading import LoadOptions, load_model
-from safe_engine.runtime.executors import model_executor
 from safe_engine.runtime.kv_slots import KVSlot, row_mask
 from safe_engine.runtime.scheduler import ActiveRun, Executor, LockNotHeld, Request, Scheduler
-from safe_engine.runtime.session import ModelSession, runs_sharing
+from safe_engine.runtime.session import LocalSessions, runs_sharing
 from safe_engine.strategies.decoding import DecodeConfig, decode
 
 
@@ -63,7 +63,7 @@ def test_rows_with_random_edits_match_fresh_forwards(tiny, scheduler):
     """Four runs drafting, rewinding and re-tokenising on their own, every step one shared pass."""
     rng = random.Random(0)
     vocab = list(range(3, len(tiny.tokenizer)))
-    sessions = [ModelSession(tiny, scheduler) for _ in range(4)]
+    sessions = [tiny.sessions.open(scheduler) for _ in range(4)]
     ids = [[rng.choice(vocab) for _ in range(rng.randint(2, 9))] for _ in sessions]
     for _ in range(25):
         for i in range(len(ids)):
@@ -88,7 +88,7 @@ def test_eager_attention_rows_match_fresh_forwards(tmp_path, scheduler):
     """A model loaded with eager attention: float masks, the family's own eager function."""
     folder = tiny_model_folder(tmp_path, char_tokenizer(), arch="gemma3", sliding_window=4)
     lm = load_model(str(folder), LoadOptions(attn_implementation="eager"))
-    sessions = [ModelSession(lm, scheduler) for _ in range(3)]
+    sessions = [lm.sessions.open(scheduler) for _ in range(3)]
     assert lm.model.config._attn_implementation.startswith("safe-slots-eager")
     ids = [[3 + (i * 7 + j) % 25 for j in range(4 + 5 * i)] for i in range(3)]
     for step in range(6):
@@ -104,10 +104,10 @@ def test_eager_attention_rows_match_fresh_forwards(tmp_path, scheduler):
 
 def test_a_row_gets_the_logits_it_gets_alone(tiny, scheduler):
     prompt = list(range(3, 20))
-    with ModelSession(tiny, scheduler) as alone:
+    with tiny.sessions.open(scheduler) as alone:
         expected = alone.next_token_logits(prompt, [len(prompt) - 2, len(prompt)])
-    others = [ModelSession(tiny, scheduler) for _ in range(3)]
-    me = ModelSession(tiny, scheduler)
+    others = [tiny.sessions.open(scheduler) for _ in range(3)]
+    me = tiny.sessions.open(scheduler)
     calls = [
         lambda s=s, n=n: s.next_token_logits([3 + i % 20 for i in range(n)], [n]) for s, n in zip(others, (5, 30, 11))
     ]
@@ -120,16 +120,16 @@ def test_a_row_gets_the_logits_it_gets_alone(tiny, scheduler):
 
 
 def test_slots_are_reused_and_the_free_ones_bounded(tiny, scheduler):
-    executor = model_executor(scheduler, tiny)
-    with ModelSession(tiny, scheduler) as first:
+    executor = tiny.sessions.executor(scheduler)
+    with tiny.sessions.open(scheduler) as first:
         first.next_token_logits(list(range(3, 13)), [10])
         slot = first.slot
-    with ModelSession(tiny, scheduler) as second:
+    with tiny.sessions.open(scheduler) as second:
         torch.testing.assert_close(
             second.next_token_logits([5, 6, 7], [3]), full_forward(tiny, [5, 6, 7], [3]), atol=1e-4, rtol=1e-4
         )
         assert second.slot is slot and slot.length == 3
-    many = [ModelSession(tiny, scheduler) for _ in range(executor.keep_free + 3)]
+    many = [tiny.sessions.open(scheduler) for _ in range(executor.keep_free + 3)]
     for session in many:
         session.next_token_logits([5], [1])  # a session takes its slot at its first feed
     for session in many:
@@ -145,10 +145,10 @@ def test_the_fire_rule(tiny):
     arrived behind."""
     clock = Clock()
     scheduler = Scheduler(clock=clock)
-    executor = model_executor(scheduler, tiny)
+    executor = tiny.sessions.executor(scheduler)
     holder = ActiveRun(scheduler)
     with holder.opening():
-        session = ModelSession(tiny)  # the run's, on the run's scheduler
+        session = tiny.sessions.open()  # the run's, on the run's scheduler
     with scheduler.lock:
         assert not scheduler.is_due(executor)  # nothing waits
         executor.enqueue(Request(ActiveRun(scheduler), KVSlot(), 0, [3], [0], submitted=clock()))
@@ -167,7 +167,7 @@ def test_the_fire_rule(tiny):
         scheduler.set_busy(holder, False)
     session.close()
     with scheduler.lock:
-        assert runs_sharing([tiny], scheduler) == 0 and executor.waiting() == 1
+        assert runs_sharing([tiny.sessions], scheduler) == 0 and executor.waiting() == 1
 
 
 def test_the_device_goes_to_the_model_with_most_rows_waiting_unless_another_was_passed_over(pair):
@@ -176,7 +176,7 @@ def test_the_device_goes_to_the_model_with_most_rows_waiting_unless_another_was_
     device is held."""
     clock = Clock()
     scheduler = Scheduler(clock=clock)
-    drafter, verifier = (model_executor(scheduler, lm) for lm in pair)
+    drafter, verifier = (lm.sessions.executor(scheduler) for lm in pair)
     assert drafter.device_key == verifier.device_key
 
     def enqueue(executor, count):
@@ -209,7 +209,7 @@ def test_the_lock_is_held_where_the_scheduler_needs_it(tiny):
     """The queue, the fire rule and the device hand-over refuse a thread that does not hold the lock, and
     `answer` refuses one that does (it waits for a pass)."""
     scheduler = Scheduler()
-    executor = model_executor(scheduler, tiny)
+    executor = tiny.sessions.executor(scheduler)
     run = ActiveRun(scheduler)
     request = Request(run, KVSlot(), 0, [3], [0])
     needs_lock = [
@@ -295,30 +295,30 @@ def test_the_scheduler_drives_any_executor():
 def test_a_run_adopts_the_prompt_prefix_a_finished_run_left(tiny, scheduler):
     """A finished run's slot keeps its tokens' keys and values; a run whose prompt starts the same way
     feeds only the rest and gets the logits of a fresh forward; one sharing too little feeds it all."""
-    executor = model_executor(scheduler, tiny)
+    executor = tiny.sessions.executor(scheduler)
     prefix = [5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
-    with ModelSession(tiny, scheduler) as first:
+    with tiny.sessions.open(scheduler) as first:
         first.next_token_logits(prefix + [3, 4], [12])
-    second = ModelSession(tiny, scheduler)
+    second = tiny.sessions.open(scheduler)
     ids = prefix + [9, 9, 8]
     got = second.next_token_logits(ids, [3, len(ids)])  # a start inside the prefix is recomputed
     assert second.stats.reused == len(prefix)
     torch.testing.assert_close(got, full_forward(tiny, ids, [3, len(ids)]), atol=1e-4, rtol=1e-4)
-    again = ModelSession(tiny, scheduler)
+    again = tiny.sessions.open(scheduler)
     torch.testing.assert_close(again.next_token_logits(ids, [len(ids)]), got[1:], atol=1e-4, rtol=1e-4)
     assert again.stats.reused == 0  # the slot holding the prefix is the open second run's: never shared
     second.close()
     again.close()
-    with ModelSession(tiny, scheduler) as same:  # the very same prompt: every position but the last comes from a slot
+    with tiny.sessions.open(scheduler) as same:  # the very same prompt: every position but the last comes from a slot
         same.next_token_logits(ids, [len(ids)])
         assert same.stats.reused == len(ids) - 1 and same.stats.positions == 1
-    with ModelSession(tiny, scheduler) as other:
+    with tiny.sessions.open(scheduler) as other:
         other.next_token_logits(prefix[: executor.min_shared - 1] + [3, 3, 3], [10])
         assert other.stats.reused == 0
 
 
 def test_a_bad_id_fails_its_own_request_only(tiny, scheduler):
-    good, bad = ModelSession(tiny, scheduler), ModelSession(tiny, scheduler)
+    good, bad = tiny.sessions.open(scheduler), tiny.sessions.open(scheduler)
     with pytest.raises(ValueError, match="vocabulary"):
         bad.next_token_logits([3, 10_000], [2])
     torch.testing.assert_close(
@@ -354,11 +354,11 @@ def test_a_finished_decode_hands_its_slots_back_and_the_next_reuses_its_prompt(p
     with their tokens, so the next run with the same prompt start feeds only the rest."""
     config = DecodeConfig(strategy="safe", max_new_tokens=6)
     first = list(decode(pair, PROMPTS[2], config, scheduler=scheduler))
-    assert all(model_executor(scheduler, lm).free_slots() for lm in pair)
+    assert all(lm.sessions.executor(scheduler).free_slots() for lm in pair)
     second = list(decode(pair, PROMPTS[2], config, scheduler=scheduler))
     assert texts(second) == texts(first)
     reused = {name: stats["reused"] for name, stats in second[-1].stats["forward"].items()}
-    assert all(n >= model_executor(scheduler, pair[0]).min_shared for n in reused.values()), reused
+    assert all(n >= pair[0].sessions.executor(scheduler).min_shared for n in reused.values()), reused
 
 
 def test_batched_runs_give_the_tokens_of_runs_alone(pair, scheduler):
@@ -375,7 +375,7 @@ def test_batched_runs_give_the_tokens_of_runs_alone(pair, scheduler):
         assert texts(events) == expected, handle.request
         forward = events[-1].stats["forward"][pair[0].name]
         assert forward["rows"] > forward["passes"]  # it shared passes
-    assert not any(model_executor(scheduler, lm).open_slots() for lm in pair)  # every slot handed back
+    assert not any(lm.sessions.executor(scheduler).open_slots() for lm in pair)  # every slot handed back
 
 
 def test_seeded_sampling_is_the_same_in_a_batch(pair, scheduler):
@@ -401,7 +401,7 @@ def test_cancelling_one_run_leaves_the_others_alone(pair, scheduler):
     stopped = handles[1].result(120)[-1]
     assert stopped.stop_reason == "stopped" and stopped.stats["tokens"] < 24
     assert [texts(handles[i].result(120)) for i in (0, 2)] == [alone[0], alone[2]]
-    assert not model_executor(scheduler, pair[0]).open_slots()
+    assert not pair[0].sessions.executor(scheduler).open_slots()
 
 
 def test_a_run_joins_mid_way(pair, scheduler):
@@ -439,7 +439,7 @@ def test_a_run_decoded_ahead_goes_on_while_its_consumer_holds_an_event(pair, sch
     flag = threading.Event()
     events = decode_ahead(pair, PROMPTS[0], config, flag, scheduler)
     first = next(events)
-    wait_for(lambda: not any(model_executor(scheduler, lm).open_slots() for lm in pair))
+    wait_for(lambda: not any(lm.sessions.executor(scheduler).open_slots() for lm in pair))
     assert texts([first, *events]) == alone
     assert not flag.is_set()  # a run that ran to its end was not cancelled
 
@@ -452,14 +452,14 @@ def test_decode_ahead_checks_input_at_once_and_closing_it_cancels_the_run(pair, 
     next(events)
     events.close()
     assert flag.is_set()
-    executor = model_executor(scheduler, pair[0])
+    executor = pair[0].sessions.executor(scheduler)
     wait_for(lambda: not executor.open_slots())  # it ended at its next step, its slots handed back
 
 
 def test_a_model_error_in_a_shared_pass_fails_only_its_row(scheduler):
     """The scripted model raises for a prompt it was not written for, inside a pass it shares."""
     lm = scripted("s", ["Yes", "No"], {"": {"Yes": 1.0}, "Yes": {"No": 1.0}}, prompt="Q?")
-    good, bad = ModelSession(lm, scheduler), ModelSession(lm, scheduler)
+    good, bad = lm.sessions.open(scheduler), lm.sessions.open(scheduler)
     ok_ids, wrong_ids = lm.tokenizer("Q?")["input_ids"], lm.tokenizer("Z!")["input_ids"]
     results, errors = together(
         scheduler,
@@ -482,8 +482,8 @@ class _Bypass(ScriptedLM):
 
 def test_a_model_that_bypasses_the_slots_is_refused(scheduler):
     lm = scripted("bypass", ["Yes"], {"": {"Yes": 1.0}}, prompt="Q?")
-    lm.model = _Bypass(lm.tokenizer, "Q?", {})
-    with ModelSession(lm, scheduler) as session, pytest.raises(RuntimeError, match="attention interface"):
+    lm.sessions = LocalSessions(replace(lm.sessions.weights, module=_Bypass(lm.tokenizer, "Q?", {})))
+    with lm.sessions.open(scheduler) as session, pytest.raises(RuntimeError, match="attention interface"):
         session.next_token_logits(lm.tokenizer("Q?")["input_ids"], [1])
 
 
@@ -498,7 +498,7 @@ def test_real_gemma_rows_past_its_sliding_window(fp32_pair, scheduler):
     long_b = gemma.encode_prompt("Count quickly: " + " ".join(str(i) for i in range(160, 0, -1)))
     short = gemma.encode_prompt("The capital of Madagascar is")
     assert 520 < min(len(long_a), len(long_b)) and len(long_a) + len(long_b) + len(short) <= scheduler.max_tokens
-    sessions = [ModelSession(gemma, scheduler) for _ in range(3)]
+    sessions = [gemma.sessions.open(scheduler) for _ in range(3)]
     rows = [long_a, long_b, short]
     for step in range(2):
         if step:  # drop the last 7 ids and re-feed 3 of them, in every row
@@ -524,15 +524,15 @@ def test_real_pair_batched_safe_runs_match_runs_alone(embedded_pair, scheduler):
 
 def test_runs_sharing_counts_each_run_on_the_models_once(pair, scheduler):
     """Counted on the runs' own scheduler; the process's sees none of them."""
-    assert runs_sharing(pair, scheduler) == 0
+    assert runs_sharing([lm.sessions for lm in pair], scheduler) == 0
     config = DecodeConfig(strategy="safe", max_new_tokens=24)
     runs = [decode(pair, prompt, config, scheduler=scheduler) for prompt in PROMPTS[:2]]
     for run in runs:
         next(run)  # RunStarted: the run's sessions are open
     alone = decode([pair[1]], PROMPTS[2], DecodeConfig(strategy="single", max_new_tokens=4), scheduler=scheduler)
     next(alone)
-    shared = [runs_sharing(models, scheduler) for models in (pair, pair[:1], pair[1:])]
-    assert shared == [3, 2, 3] and runs_sharing(pair) == 0
+    shared = [runs_sharing([lm.sessions for lm in models], scheduler) for models in (pair, pair[:1], pair[1:])]
+    assert shared == [3, 2, 3] and runs_sharing([lm.sessions for lm in pair]) == 0
     for run in [*runs, alone]:
         run.close()
-    assert runs_sharing(pair, scheduler) == 0
+    assert runs_sharing([lm.sessions for lm in pair], scheduler) == 0

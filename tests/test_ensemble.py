@@ -24,7 +24,7 @@ WORDS = [" So", " Sofia", " Sol", " Paris", " Rome", " Lima", " Oslo", " Bern"]
 
 def tokenizer_only(tokenizer, name):
     """A LoadedModel without weights: ensembling reads only logits, vocabulary and end tokens."""
-    return LoadedModel(None, name, None, tokenizer, "cpu", torch.float32, False, frozenset({tokenizer.eos_token_id}))
+    return LoadedModel(None, name, tokenizer, sessions=None, eos_ids=frozenset({tokenizer.eos_token_id}))
 
 
 @pytest.fixture(scope="module")

@@ -33,12 +33,23 @@ def test_a_lazy_upward_import_is_caught(tree):
     assert any("safe_engine.contract.errors (layer 0) imports safe_engine.models.loading" in p for p in problems)
 
 
-def test_a_type_checking_import_is_no_import(tree):
+def test_a_type_checking_import_counts(tree):
+    """The runtime serving a loaded model it names only for its types was the two-way seam issue 32 removed."""
     _append(
-        tree / "safe_engine/contract/errors.py",
+        tree / "safe_engine/runtime/session.py",
         "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from ..models.loading import LoadedModel\n",
     )
-    assert breaches(tree) == []
+    problems = breaches(tree)
+    assert any("safe_engine.runtime.session (layer 2) imports safe_engine.models.loading" in p for p in problems)
+
+
+def test_a_model_host_subclassing_the_loaded_model_is_caught(tree):
+    _append(
+        tree / "safe_engine/remote/openai_models.py",
+        "class ServedModel(LoadedModel):\n    pass\n",
+    )
+    problems = breaches(tree)
+    assert any("ServedModel subclasses LoadedModel, sealed to safe_engine.models" in p for p in problems), problems
 
 
 def test_a_cycle_inside_one_layer_is_caught(tree):

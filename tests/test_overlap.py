@@ -87,7 +87,7 @@ def test_the_next_round_reads_the_draft_ahead_from_the_drafters_memo(models, mon
     real = ModelSession._forward
 
     def forward(self, ids, feed_from, wanted):
-        if self.lm is models[0]:
+        if self.executor is models[0].sessions.executor(self.scheduler):
             drafter_passes.append(threading.current_thread().name)
         return real(self, ids, feed_from, wanted)
 

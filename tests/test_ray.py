@@ -40,7 +40,7 @@ except ImportError:
 from safe_engine.distributed.ray_bench import RayBench
 from safe_engine.distributed.ray_cluster import ActorLost, RemoteTimeout
 from safe_engine.distributed.ray_decode import DecodeReplica, decode_on_replicas
-from safe_engine.distributed.ray_models import RayModel
+from safe_engine.distributed.ray_models import ActorSessions
 from safe_engine.distributed.ray_pool import ReplicaPool
 from safe_engine.distributed.ray_spec import RayPlacement
 
@@ -109,12 +109,12 @@ def test_a_run_whose_actor_dies_fails_clearly_and_a_new_run_uses_the_restarted_a
     drafter = remote_pair[0]
     events = decode(remote_pair, PROMPT, replace(CONFIG, strategy="safe"))
     next(events), next(events)  # started, and the first draft: the drafter's session is open in its actor
-    killed = drafter.pid()
+    killed = drafter.sessions.pid()
     os.kill(killed, signal.SIGKILL)
     with pytest.raises(ActorLost, match=f"Ray actor .*{drafter.name}"):
         list(events)
     assert committed(decode(remote_pair, PROMPT, CONFIG))[0] == committed(decode(local_pair, PROMPT, CONFIG))[0]
-    assert drafter.pid() != killed
+    assert drafter.sessions.pid() != killed
 
 
 def test_a_call_past_its_timeout_fails_instead_of_waiting(remote_pair):
@@ -248,8 +248,8 @@ def test_a_pool_whose_only_replica_dies_for_good_fails_instead_of_waiting(folder
 def release_ray_models():
     """The CLI keeps loaded models for the process; end the actors a test made that way."""
     yield
-    for lm in evict(lambda lm: isinstance(lm, RayModel)):
-        lm.close()
+    for lm in evict(lambda lm: isinstance(lm.sessions, ActorSessions)):
+        lm.sessions.close()
 
 
 @pytest.mark.real_models

@@ -7,7 +7,7 @@ import torch
 from passes import full_forward
 from tiny_models import char_tokenizer, tiny_model
 
-from safe_engine.runtime.session import ModelSession, common_prefix
+from safe_engine.runtime.session import common_prefix
 
 
 @pytest.fixture(scope="module", params=["llama", "gemma3"])
@@ -26,7 +26,7 @@ def test_random_edits_match_fresh_forward(tiny):
     """Drafting, rewinding and re-tokenising the tail, as SAFE's rounds do, over 60+ tokens."""
     rng = random.Random(0)
     vocab = list(range(3, len(tiny.tokenizer)))
-    session = ModelSession(tiny)
+    session = tiny.sessions.open()
     ids = [rng.choice(vocab) for _ in range(5)]
     for step in range(40):
         if step % 3 == 2:  # a re-tokenisation changed the last few tokens
@@ -41,7 +41,7 @@ def test_random_edits_match_fresh_forward(tiny):
 
 
 def test_logits_of_a_cached_prefix_are_not_recomputed(tiny):
-    session = ModelSession(tiny)
+    session = tiny.sessions.open()
     ids = list(range(3, 15))
     session.next_token_logits(ids, [len(ids)])
     passes = session.stats.passes
@@ -55,7 +55,7 @@ def test_logits_of_a_cached_prefix_are_not_recomputed(tiny):
 
 
 def test_a_rollback_only_shortens_the_slot(tiny):
-    session = ModelSession(tiny)
+    session = tiny.sessions.open()
     ids = list(range(3, 23))
     session.next_token_logits(ids, [len(ids)])
     slot = session.slot
@@ -72,7 +72,7 @@ def test_real_gemma_past_its_sliding_window(fp32_pair):
     gemma = fp32_pair[0]
     ids = gemma.encode_prompt("Count slowly: " + " ".join(str(i) for i in range(400)))
     assert len(ids) > 600
-    session = ModelSession(gemma)
+    session = gemma.sessions.open()
     session.next_token_logits(ids, [len(ids)])
     edited = ids[:-7] + ids[-3:]
     got = session.next_token_logits(edited, [len(edited) - 1, len(edited)])

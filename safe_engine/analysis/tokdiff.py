@@ -13,6 +13,7 @@ import functools
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from contextlib import closing
 from dataclasses import dataclass
 from itertools import compress
 from typing import NamedTuple
@@ -315,9 +316,9 @@ def probe(lm: LoadedModel, text: str, span: tuple[int, int], other: TokenBytes, 
     bos = list(lm.tokenizer("")["input_ids"])  # what the tokenizer puts in front of any text (Gemma: <bos>)
 
     def next_logprobs(ids: list[int]):
-        with torch.inference_mode():
-            out = lm.model(input_ids=torch.tensor([bos + ids], device=lm.device), logits_to_keep=1)
-        return torch.log_softmax(out.logits[0, -1, : len(vocab)].float().cpu(), dim=-1)
+        with closing(lm.open_session()) as session:  # wherever the model computes: here, a server, an actor
+            logits = session.next_token_logits(bos + ids, [len(bos) + len(ids)])[0]
+        return torch.log_softmax(logits[: len(vocab)].float(), dim=-1)
 
     p, q = next_logprobs(canonical.ids), next_logprobs(head + imposed_span)
     rest = tokenize(vocab, text[last:]).ids

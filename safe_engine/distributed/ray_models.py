@@ -1,9 +1,9 @@
 """Models held by Ray actors (a ``ray:`` spec): the strategies run them through the same session API.
 
 The actor (`ModelHost`) loads the model and keeps one session per run, made by its model's own
-`open_session` (so a batched runtime behind it serves many runs at once). The driver gets a `RayModel`:
-a LoadedModel with the real tokenizer, byte table, end ids and config here (alignment, chat templates
-and stop rules need them), whose `open_session` returns a `RemoteSession` proxy. A proxy's
+`open_session` (so a batched runtime behind it serves many runs at once). The driver gets a LoadedModel
+with the real tokenizer, byte table, end ids and context length here (alignment, chat templates and stop
+rules need them), whose session factory (`ActorSessions`) opens `RemoteSession` proxies. A proxy's
 `forget_before` and its stats ride along with the next logits call, so a step costs one round trip.
 
 Faults: every call waits at most the spec's timeout (RemoteTimeout). An actor that dies is restarted by
@@ -18,16 +18,14 @@ import functools
 import uuid
 import weakref
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
+from ..contract.sessions import ForwardStats
 from ..models.loading import LoadedModel, LoadOptions, load_model
 from ..models.specs import resolve_spec
-from ..runtime.executors import RuntimePath
-from ..runtime.session import ForwardStats
 from .ray_cluster import (
     LOAD_TIMEOUT_S,
     ActorLost,
-    DistributedError,
     Replica,
     await_available,
     await_result,
@@ -47,13 +45,13 @@ class HostedModel:
 
     name: str
     tokenizer: object
-    config: object
+    context_length: int | None
     eos_ids: frozenset[int]
     device: str
     dtype: object
     int8: bool
     cpu_linear: str | None
-    runtime: RuntimePath  # the actor's path: the KV slots or its own cache
+    computes: dict  # how the actor's model computes (its session factory's description: the runtime path)
 
 
 class ModelHost(Replica):
@@ -68,7 +66,15 @@ class ModelHost(Replica):
         self.ready()
         lm = self._lm
         return HostedModel(
-            lm.name, lm.tokenizer, lm.model.config, lm.eos_ids, lm.device, lm.dtype, lm.int8, lm.cpu_linear, lm.runtime
+            lm.name,
+            lm.tokenizer,
+            lm.context_length,
+            lm.eos_ids,
+            lm.device,
+            lm.dtype,
+            lm.int8,
+            lm.cpu_linear,
+            lm.sessions.describe(),
         )
 
     def next_token_logits(self, session_id: str, ids: list[int], starts: list[int], forget: int | None, first: bool):
@@ -92,64 +98,60 @@ class ModelHost(Replica):
         return len(self._sessions)
 
 
-class ActorWeights:
-    """Stands in for the weights on the driver: the config (context length) is here, forward passes are not."""
+@dataclass(frozen=True)
+class ActorSessions:
+    """The session factory of a model held by a Ray actor: its sessions are proxies of sessions in the actor."""
 
-    def __init__(self, config, name: str):
-        self.config, self.name = config, name
+    actor: object
+    placement: RayPlacement
+    name: str
+    computes: dict  # the actor's own description of how its model computes
 
-    def __call__(self, *args, **kwargs):
-        raise DistributedError(f"{self.name} runs in a Ray actor: use its sessions (open_session), not its weights")
+    @property
+    def key(self) -> object:
+        return self.actor
 
-
-@dataclass
-class RayModel(LoadedModel):
-    """A model whose weights and sessions live in a Ray actor; everything else is here."""
-
-    actor: object = None
-    placement: RayPlacement = field(default_factory=RayPlacement)
-
-    def open_session(self) -> RemoteSession:
+    def open(self) -> RemoteSession:
         return RemoteSession(self)
 
     def describe(self) -> dict:
-        return super().describe() | {"placement": "ray"}
+        return self.computes | {"placement": "ray"}
 
     def pid(self) -> int:
         """The actor's process now (it changes when Ray restarts the actor)."""
-        return await_available(self.actor.ready.remote, self.placement.timeout_s, self._what)
+        return await_available(self.actor.ready.remote, self.placement.timeout_s, self.what)
 
     def close(self) -> None:
         """End the actor (and every session in it)."""
         require_ray().kill(self.actor)
 
     @property
-    def _what(self) -> str:
+    def what(self) -> str:
         return f"the Ray actor holding {self.name}"
 
 
 class RemoteSession:
-    """ModelSession's API over a session that lives in a model's actor."""
+    """A session (`contract.sessions.Session`) that lives in a model's actor, asked over Ray."""
 
-    def __init__(self, lm: RayModel):
-        self.lm = lm
+    def __init__(self, host: ActorSessions):
+        self.host = host
         self.stats = ForwardStats()
         self._id = uuid.uuid4().hex
         self._forget: int | None = None
         self._opened = False
-        self._finalizer = weakref.finalize(self, _close_quietly, lm.actor, self._id)
+        self._finalizer = weakref.finalize(self, _close_quietly, host.actor, self._id)
         self._finalizer.atexit = False  # Ray may be gone by then, and the actor with it
 
     def next_token_logits(self, ids: Sequence[int], starts: Sequence[int]):
         ids, starts = list(ids), list(starts)
 
         def submit():
-            return self.lm.actor.next_token_logits.remote(self._id, ids, starts, self._forget, not self._opened)
+            return self.host.actor.next_token_logits.remote(self._id, ids, starts, self._forget, not self._opened)
 
         if self._opened:  # its state is in the actor: if the actor is lost, so is this run
-            logits, stats = await_result(submit(), self.lm.placement.timeout_s, self.lm._what)
+            logits, stats = await_result(submit(), self.host.placement.timeout_s, self.host.what)
         else:  # nothing of it is there yet: wait for an actor that Ray is restarting
-            logits, stats = await_available(submit, self.lm.placement.timeout_s, self.lm._what)
+            logits, stats = await_available(submit, self.host.placement.timeout_s, self.host.what)
         self._opened, self._forget = True, None
         self.stats = ForwardStats(**stats)
         return logits
@@ -173,7 +175,7 @@ def _host_class():
     return require_ray().remote(ModelHost)
 
 
-def load_ray_model(spec: str, options: LoadOptions = LoadOptions(), progress=None) -> RayModel:
+def load_ray_model(spec: str, options: LoadOptions = LoadOptions(), progress=None) -> LoadedModel:
     """Start an actor that loads the inner spec, and wait (bounded) until it holds the model."""
     placement, inner = parse_ray_spec(spec)
     resolved = resolve_spec(spec)
@@ -198,18 +200,16 @@ def load_ray_model(spec: str, options: LoadOptions = LoadOptions(), progress=Non
     except BaseException:
         ray.kill(actor)
         raise
-    return RayModel(
+    return LoadedModel(
         spec=resolved,
         name=hosted.name,
-        model=ActorWeights(hosted.config, hosted.name),
         tokenizer=hosted.tokenizer,
-        device=hosted.device,
-        dtype=hosted.dtype,
+        sessions=ActorSessions(actor, placement, hosted.name, hosted.computes),
         use_chat_template=options.chat_template,
         eos_ids=hosted.eos_ids,
+        context_length=hosted.context_length,
+        device=hosted.device,
+        dtype=hosted.dtype,
         int8=hosted.int8,
         cpu_linear=hosted.cpu_linear,
-        runtime=hosted.runtime,
-        actor=actor,
-        placement=placement,
     )

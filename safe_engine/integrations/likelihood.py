@@ -37,7 +37,7 @@ class Scored:
 
 
 def context_window(lm: LoadedModel) -> int | None:
-    return getattr(lm.model.config, "max_position_embeddings", None)
+    return lm.context_length
 
 
 def prefix_id(lm: LoadedModel) -> int:

@@ -8,7 +8,10 @@ from dataclasses import dataclass, field
 from functools import cache, cached_property
 
 from ..contract.errors import ModelLoadError, first_line
-from ..runtime.executors import OWN_CACHE, RuntimePath, runtime_path
+from ..contract.sessions import Session, Sessions
+from ..runtime.executors import OWN_CACHE
+from ..runtime.session import LocalSessions
+from ..runtime.weights import Weights
 from ..tokenization.alignment import EOS_KEY, TokenBytes, special_ids
 from .embedded import Progress, ensure_converted
 from .specs import ResolvedSpec, resolve_spec, scheme_of
@@ -75,19 +78,21 @@ class LoadOptions:
 
 @dataclass
 class LoadedModel:
-    """A causal LM ready for decoding: weights, tokenizer, byte table and prompt format."""
+    """A causal LM ready for decoding: its tokenizer, byte table and prompt format here, its computation wherever
+    its session factory runs it (`sessions`: this process's runtime, a server, a Ray actor)."""
 
     spec: ResolvedSpec
     name: str
-    model: object
     tokenizer: object
-    device: str
-    dtype: object
-    use_chat_template: bool
+    sessions: Sessions
+    use_chat_template: bool = True
     eos_ids: frozenset[int] = field(default_factory=frozenset)
+    context_length: int | None = None  # prompt + response tokens the model takes, when its config says
+    device: str = "cpu"
+    dtype: object = None
     int8: bool = False
     cpu_linear: str | None = None  # the fp32 linears' form on the CPU (cpu_linear.py); None off the CPU or under int8
-    runtime: RuntimePath = RuntimePath()  # the KV-slot batching runtime, or one run at a time on its own cache
+    model: object = None  # the weights, when they are loaded in this process
 
     @cached_property
     def vocab(self) -> TokenBytes:
@@ -97,11 +102,9 @@ class LoadedModel:
     def has_chat_template(self) -> bool:
         return bool(getattr(self.tokenizer, "chat_template", None))
 
-    def open_session(self):
-        """A fresh decoding state for one run; a model held elsewhere (a Ray actor) returns a proxy."""
-        from ..runtime.session import ModelSession
-
-        return ModelSession(self)
+    def open_session(self) -> Session:
+        """A fresh decoding state for one run, wherever the model computes."""
+        return self.sessions.open()
 
     def format_prompt(self, prompt: str) -> str:
         """The prompt as this model sees it: its chat template when it has one and it is enabled."""
@@ -136,13 +139,11 @@ class LoadedModel:
             "device": self.device,
             "dtype": "int8" if self.int8 else str(self.dtype).replace("torch.", ""),
             **({"cpu_linear": self.cpu_linear} if self.cpu_linear else {}),
-            "runtime": self.runtime.name,
-            **({"runtime_reason": self.runtime.reason} if self.runtime.reason else {}),
             # int8 weights or an int8 head: logits off the fp32 computation, so tokens may differ from the reference
             "approximate": self.int8 or self.cpu_linear in APPROXIMATE_CPU_LINEAR,
             "vocab_size": len(self.tokenizer),
             "chat_template": self.use_chat_template and self.has_chat_template,
-        }
+        } | self.sessions.describe()
 
 
 def _source(resolved: ResolvedSpec, progress: Progress | None) -> tuple[str, dict]:
@@ -227,22 +228,39 @@ def load_model(spec: str, options: LoadOptions = LoadOptions(), progress: Progre
         cpu_linear = options.cpu_linear
         install_cpu_linear(model, cpu_linear)
     _mask_rows_past_tokenizer(model, len(tokenizer))
-    lm = LoadedModel(
-        spec=resolved,
-        name=resolved.short_name,
-        model=model,
-        tokenizer=tokenizer,
-        device=device,
-        dtype=dtype,
+    lm = local_model(
+        resolved,
+        model,
+        tokenizer,
+        device,
+        dtype,
         use_chat_template=options.chat_template,
         eos_ids=eos_ids_of(model, tokenizer),
         int8=options.cpu_int8,
         cpu_linear=cpu_linear,
     )
-    lm.runtime = runtime_path(lm)
-    if progress and lm.runtime.name == OWN_CACHE:
-        progress(f"{lm.name} runs one run at a time on transformers' cache: {lm.runtime.reason}")
+    path = lm.sessions.path
+    if progress and path.name == OWN_CACHE:
+        progress(f"{lm.name} runs one run at a time on transformers' cache: {path.reason}")
     return lm
+
+
+def local_model(spec: ResolvedSpec, model, tokenizer, device: str, dtype, **fields) -> LoadedModel:
+    """A model whose weights are in this process: its path through the runtime is decided here, once, by probing
+    what it computes (ModelLoadError when no path runs it). `fields`: LoadedModel's own (prompt format, end ids,
+    int8, cpu_linear)."""
+    weights = Weights(model, spec.short_name, device, len(tokenizer), fields.get("int8", False))
+    return LoadedModel(
+        spec=spec,
+        name=spec.short_name,
+        tokenizer=tokenizer,
+        sessions=LocalSessions.serve(weights),
+        context_length=getattr(getattr(model, "config", None), "max_position_embeddings", None),
+        device=device,
+        dtype=dtype,
+        model=model,
+        **fields,
+    )
 
 
 @cache  # the app loads its models once per run: count each once

@@ -1,5 +1,6 @@
 """Loading an ``openai:`` spec: check the server now (a bad URL, an unreachable host or an unknown model name
-fails here, not mid-run), find the model's tokenizer, and return a `RemoteModel` whose sessions ask the server.
+fails here, not mid-run), find the model's tokenizer, and return a model whose sessions ask the server
+(`ServedSessions`).
 
 The tokenizer comes from the spec's ``@TOKENIZER`` when given, else from the model root the server reports
 (vLLM's ``/v1/models`` lists each model's ``root``: the folder or hub id it loaded) when this machine can
@@ -14,37 +15,34 @@ from types import SimpleNamespace
 from ..contract.errors import ModelLoadError, ModelSpecError
 from ..models.loading import LoadedModel, LoadOptions, eos_ids_of, load_tokenizer
 from ..models.specs import resolve_spec
+from ..runtime.scheduler import Scheduler
 from .http_client import HttpSettings, JsonClient, RemoteError
 from .openai_session import OpenAISession
 from .openai_spec import api_key, parse_openai_spec
 
 
-class ServedWeights:
-    """Stands in for the weights: the config (context length, vocabulary) is here, the forward passes are not."""
+@dataclass(frozen=True)
+class ServedSessions:
+    """The session factory of a model behind an OpenAI-compatible server: its sessions ask the server."""
 
-    def __init__(self, config, name: str):
-        self.config, self.name = config, name
+    client: JsonClient
+    served_name: str
+    name: str
+    vocab_size: int  # the tokenizer's ids: rows the strategies get span them
 
-    def __call__(self, *args, **kwargs):
-        raise RemoteError(f"{self.name} runs on a server: use its sessions (open_session), not its weights")
+    @property
+    def key(self) -> object:
+        return self.client
 
-
-@dataclass
-class RemoteModel(LoadedModel):
-    """A model served over HTTP: the tokenizer and prompt format here, the computation on the server."""
-
-    client: JsonClient = None
-    served_name: str = ""
-
-    def open_session(self) -> OpenAISession:
-        return OpenAISession(self)
+    def open(self, scheduler: Scheduler | None = None) -> OpenAISession:
+        return OpenAISession(self, scheduler)
 
     def describe(self) -> dict:
-        described = super().describe() | {"placement": "openai", "url": self.client.base_url, "approximate": True}
-        return described | {"runtime": "openai"}  # the server's engine computes, not this process's runtime
+        # the server's engine computes, not this process's runtime; its rows are top-k (approximate)
+        return {"placement": "openai", "url": self.client.base_url, "approximate": True, "runtime": "openai"}
 
 
-def load_openai_model(spec: str, options: LoadOptions = LoadOptions(), progress=None) -> RemoteModel:
+def load_openai_model(spec: str, options: LoadOptions = LoadOptions(), progress=None) -> LoadedModel:
     """Ask the server which models it serves, then load the tokenizer; every failure is a ModelLoadError."""
     parsed = parse_openai_spec(spec)
     client = JsonClient(parsed.base_url, api_key(), HttpSettings.from_env())
@@ -68,20 +66,15 @@ def load_openai_model(spec: str, options: LoadOptions = LoadOptions(), progress=
             f"name a local folder or hub id with the tokenizer after the name ({spec.split('@')[0]}@FOLDER)"
         ) from None
     tokenizer = load_tokenizer(source, options, progress)
-    config = SimpleNamespace(
-        max_position_embeddings=entry.get("max_model_len"), vocab_size=len(tokenizer), eos_token_id=None
-    )
-    return RemoteModel(
+    return LoadedModel(
         spec=resolve_spec(spec),
         name=parsed.name,
-        model=ServedWeights(config, parsed.name),
         tokenizer=tokenizer,
-        device=f"openai:{parsed.host}",
-        dtype=None,
+        sessions=ServedSessions(client, parsed.name, parsed.name, len(tokenizer)),
         use_chat_template=options.chat_template,
         eos_ids=eos_ids_of(_generation_config(source), tokenizer),
-        client=client,
-        served_name=parsed.name,
+        context_length=entry.get("max_model_len"),
+        device=f"openai:{parsed.host}",
     )
 
 

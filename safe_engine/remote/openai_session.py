@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..contract.sessions import ForwardStats
 from ..runtime.kv_slots import common_prefix
-from ..runtime.scheduler import ActiveRun, Executor, Request, Scheduler
-from ..runtime.session import SCHEDULER, ForwardStats
+from ..runtime.scheduler import SCHEDULER, ActiveRun, Executor, Request, Scheduler
 from .http_client import JsonClient, RemoteError
 
 TOP_K = 20
@@ -133,20 +133,23 @@ def _token_id(key: str) -> int:
 
 
 class OpenAISession:
-    """ModelSession's API for a model behind a server (see the module's docstring). Rows are remembered per
-    position while the run's ids keep the prefix they were computed on, like a local session's logits."""
+    """A session (`contract.sessions.Session`) on a model behind a server (see the module's docstring). Rows are
+    remembered per position while the run's ids keep the prefix they were computed on, like a local session's
+    logits. `served`: the model's `ServedSessions` (its client, served name, name and vocabulary size)."""
 
-    def __init__(self, lm, scheduler: Scheduler | None = None):
+    def __init__(self, served, scheduler: Scheduler | None = None):
         run = ActiveRun.current()
         if scheduler is None:
             scheduler = SCHEDULER if run is None else run.scheduler
         if run is None or run.scheduler is not scheduler:
             run = ActiveRun(scheduler)
-        self.lm, self.scheduler, self.stats = lm, scheduler, ForwardStats()
-        self.executor = scheduler.executor(lm.client, lambda: HttpExecutor(scheduler, lm.client, lm.served_name))
+        self.name, self.scheduler, self.stats = served.name, scheduler, ForwardStats()
+        self.executor = scheduler.executor(
+            served.client, lambda: HttpExecutor(scheduler, served.client, served.served_name)
+        )
         self.cached_ids: list[int] = []  # the ids the remembered rows were computed on
         self._rows: dict[int, Row] = {}
-        self._vocab_size = len(lm.tokenizer)
+        self._vocab_size = served.vocab_size
         self._closed = False
         self._run = run
         run.attach(self)
@@ -154,7 +157,7 @@ class OpenAISession:
     def next_token_logits(self, ids: Sequence[int], starts: Sequence[int]) -> torch.Tensor:
         """Logits of the distribution of ids[t] given ids[:t], for each t in `starts` (1 ≤ t ≤ len(ids))."""
         if self._closed:
-            raise RuntimeError(f"the session on {self.lm.name} is closed")
+            raise RuntimeError(f"the session on {self.name} is closed")
         ids = [int(i) for i in ids]
         if not all(1 <= t <= len(ids) for t in starts):
             raise ValueError(f"positions {min(starts)}..{max(starts)} are outside the {len(ids)} ids given")

@@ -22,7 +22,7 @@ from itertools import groupby
 
 import torch
 
-from ..runtime.session import ModelSession
+from ..contract.sessions import Session
 from ..tokenization.alignment import complete_utf8_prefix, tokenize
 from .participant import Participant
 from .stats import RunStats
@@ -103,7 +103,7 @@ class DamageMeter:
         self.models = {name: ModelDamage() for name in [drafter, *verifiers]}
         self.kl_left = kl_steps
         self.stats = stats
-        self._canonical: ModelSession | None = None  # the drafter fed its canonical tokenization, for KL
+        self._canonical: Session | None = None  # the drafter fed its canonical tokenization, for KL
 
     def measure(
         self, drafter: Participant, response_ids: Sequence[int], raw: bytes, predicts_next: bool

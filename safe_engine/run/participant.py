@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..contract.sessions import Session
 from ..models.loading import LoadedModel
-from ..runtime.session import ModelSession
 
 
 @dataclass
@@ -17,7 +17,7 @@ class Participant:
 
     name: str
     lm: LoadedModel
-    session: ModelSession
+    session: Session
     prompt_ids: list[int]
     weight: float = 1.0
 

@@ -171,7 +171,7 @@ class Run:
             for i in order
         ]
         for part in self.parts:
-            limit = getattr(part.lm.model.config, "max_position_embeddings", None)
+            limit = part.lm.context_length
             if limit and len(part.prompt_ids) + config.max_new_tokens + config.lookahead > limit:
                 raise ConfigError(
                     f"the prompt is {len(part.prompt_ids)} tokens for {part.name}; with {config.max_new_tokens} new "

@@ -12,15 +12,12 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import torch
 
 from .kv_slots import KVSlot, SlotBatch, SlotRow, common_prefix, install_slot_attention
 from .scheduler import Executor, Request, Scheduler
-
-if TYPE_CHECKING:  # the runtime serves loaded models; it never loads one
-    from ..models.loading import LoadedModel
+from .weights import Weights
 
 _PLACEHOLDER_MASK = torch.ones(1, 1, 1, 1, dtype=torch.bool)  # a prepared 4D mask stops transformers building one
 
@@ -35,19 +32,19 @@ class ModelExecutor(Executor):
     def __init__(
         self,
         scheduler: Scheduler,
-        lm: LoadedModel,
+        weights: Weights,
         keep_free: int = 8,
         keep_free_bytes: int = 256 * 2**20,
         min_shared: int = 8,
     ):
-        super().__init__(scheduler, lm.name, str(lm.device))
+        super().__init__(scheduler, weights.name, weights.device)
         self.keep_free, self.keep_free_bytes, self.min_shared = keep_free, keep_free_bytes, min_shared
-        self._model = weakref.ref(lm.model)  # the scheduler's registry must not keep a model alive
-        self.device = lm.device
+        self._model = weakref.ref(weights.module)  # the scheduler's registry must not keep a model alive
+        self.device = weights.device
         self._live: weakref.WeakSet[KVSlot] = weakref.WeakSet()  # open runs' slots
         self._free: list[KVSlot] = []  # closed runs' slots, kept with their tokens
-        self._mask = _PLACEHOLDER_MASK.to(lm.device)
-        install_slot_attention(lm.model)
+        self._mask = _PLACEHOLDER_MASK.to(weights.device)
+        install_slot_attention(weights.module)
 
     # ------------------------------------------------------------ slots
     def take_slot(self, ids: Sequence[int] = ()) -> tuple[KVSlot, int]:

@@ -25,7 +25,6 @@ cache is handed to transformers, in each version it has, is `transformers_api.py
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -34,9 +33,7 @@ from .batching import ModelExecutor
 from .own_cache import OwnCacheExecutor
 from .scheduler import ActiveRun, Executor, Request, Scheduler
 from .transformers_api import UnsupportedTransformers, layer_types
-
-if TYPE_CHECKING:  # the runtime serves loaded models; it never loads one
-    from ..models.loading import LoadedModel
+from .weights import Weights
 
 KV_SLOTS = "kv-slots"
 OWN_CACHE = "own-cache"
@@ -58,39 +55,39 @@ class RuntimePath:
     reason: str = ""
 
 
-def model_executor(scheduler: Scheduler, lm: LoadedModel) -> Executor:
-    """The scheduler's executor for the model's weights (made on first use), of the kind its path names."""
-    kind = OwnCacheExecutor if lm.runtime.name == OWN_CACHE else ModelExecutor
-    return scheduler.executor(lm.model, lambda: kind(scheduler, lm))
+def model_executor(scheduler: Scheduler, weights: Weights, path: RuntimePath) -> Executor:
+    """The scheduler's executor for the weights (made on first use), of the kind the path names."""
+    kind = OwnCacheExecutor if path.name == OWN_CACHE else ModelExecutor
+    return scheduler.executor(weights.module, lambda: kind(scheduler, weights))
 
 
-def runtime_path(lm: LoadedModel) -> RuntimePath:
-    """The path the model takes (module docstring); raises ModelLoadError for a model no path runs."""
-    config = getattr(lm.model, "config", None)
+def runtime_path(weights: Weights) -> RuntimePath:
+    """The path the weights take (module docstring); raises ModelLoadError for a model no path runs."""
+    config = getattr(weights.module, "config", None)
     if getattr(config, "_attn_implementation", None) is None:
         return RuntimePath()  # not a transformers model (scripted test models read the slots themselves)
-    reason = _slot_misfit(lm)
+    reason = _slot_misfit(weights)
     if reason is None:
         return RuntimePath()
     try:
-        _probe_own_cache(lm)
+        _probe_own_cache(weights)
     except UnsupportedTransformers:
         raise  # the library's change, not the model's
     except Exception as exc:
-        raise ModelLoadError(f"{lm.name} cannot run here ({reason}; on its own cache: {first_line(exc)})") from exc
+        raise ModelLoadError(f"{weights.name} cannot run here ({reason}; on its own cache: {first_line(exc)})") from exc
     return RuntimePath(OWN_CACHE, reason)
 
 
-def _slot_misfit(lm: LoadedModel) -> str | None:
+def _slot_misfit(weights: Weights) -> str | None:
     """Why the KV slots cannot hold the model, or None when they give its own logits (steps 1-3)."""
-    config = lm.model.config
+    config = weights.module.config
     kinds = layer_types(config)
     others = sorted(set(kinds) - SLOT_LAYER_TYPES)
     if others:
         return f"its layers of kind {', '.join(others)} keep what the KV slots do not hold"
     original = config._attn_implementation
     try:
-        reason = _probe_slots(lm, len(kinds))
+        reason = _probe_slots(weights, len(kinds))
     except UnsupportedTransformers:
         raise
     except Exception as exc:  # the attention cannot be wrapped, or the model fails inside a batched pass
@@ -100,10 +97,10 @@ def _slot_misfit(lm: LoadedModel) -> str | None:
     return reason
 
 
-def _probe_slots(lm: LoadedModel, layers: int) -> str | None:
+def _probe_slots(weights: Weights, layers: int) -> str | None:
     scheduler = Scheduler()  # the probe's own: no run in the process sees it
-    executor = ModelExecutor(scheduler, lm)
-    rows = _probe_rows(lm)
+    executor = ModelExecutor(scheduler, weights)
+    rows = _probe_rows(weights)
     slots = [executor.take_slot()[0] for _ in rows]
     for second in (False, True):
         batch = []
@@ -115,38 +112,38 @@ def _probe_slots(lm: LoadedModel, layers: int) -> str | None:
         if written != [layers] * len(slots):
             return f"its attention wrote the KV slots in {min(written)} of its {layers} layers"
     for ids, split, request in zip(rows, _PROBE_SPLITS, batch):
-        reason = _unlike_own_forward(lm, ids[:split], ids[split:], request.logits, "through the KV slots")
+        reason = _unlike_own_forward(weights, ids[:split], ids[split:], request.logits, "through the KV slots")
         if reason is not None:
             return reason
     return None
 
 
-def _probe_own_cache(lm: LoadedModel) -> None:
+def _probe_own_cache(weights: Weights) -> None:
     """Feed a few ids, continue with two more, roll back one and feed three on transformers' cache, as a run
     does; raises if the model cannot, or if any pass's logits are not its own full forward's (a state-space
     model's cache that only steps one token at a time gets a chunk wrong)."""
     scheduler = Scheduler()
-    executor = OwnCacheExecutor(scheduler, lm)
+    executor = OwnCacheExecutor(scheduler, weights)
     state, _ = executor.take_slot()
-    ids = _probe_rows(lm)[0]
+    ids = _probe_rows(weights)[0]
     try:
         for begin, end in _OWN_CACHE_PASSES:
             request = Request(ActiveRun(scheduler), state, begin, ids[begin:end], list(range(end - begin)))
             executor.run_pass([request])
-            reason = _unlike_own_forward(lm, ids[:begin], ids[begin:end], request.logits, "on its own cache")
+            reason = _unlike_own_forward(weights, ids[:begin], ids[begin:end], request.logits, "on its own cache")
             if reason is not None:
                 raise RuntimeError(reason)
     finally:
         executor.release(state)
 
 
-def _unlike_own_forward(lm: LoadedModel, before: list[int], fed: list[int], logits, path: str) -> str | None:
+def _unlike_own_forward(weights: Weights, before: list[int], fed: list[int], logits, path: str) -> str | None:
     """Why `logits` (one row per id of `fed`, after `before`) are not the model's own full forward's, or None."""
-    if lm.int8:  # activations quantized per pass: a row's logits depend on what shares it, by design
+    if weights.int8:  # activations quantized per pass: a row's logits depend on what shares it, by design
         return None
-    tolerance = PROBE_TOLERANCE.get(next(lm.model.parameters()).dtype, max(PROBE_TOLERANCE.values()))
+    tolerance = PROBE_TOLERANCE.get(next(weights.module.parameters()).dtype, max(PROBE_TOLERANCE.values()))
     with torch.inference_mode():
-        own = lm.model(torch.tensor([before + fed], device=lm.device)).logits[0, len(before) :].float().cpu()
+        own = weights.module(torch.tensor([before + fed], device=weights.device)).logits[0, len(before) :].float().cpu()
     finite = torch.isfinite(own)  # rows past the tokenizer are -inf in both (loading.py masks them)
     if not torch.equal(finite, torch.isfinite(logits)):
         return f"its logits {path} are not finite where its own forward's are"
@@ -156,7 +153,7 @@ def _unlike_own_forward(lm: LoadedModel, before: list[int], fed: list[int], logi
     return None
 
 
-def _probe_rows(lm: LoadedModel) -> list[list[int]]:
+def _probe_rows(weights: Weights) -> list[list[int]]:
     """The probe's ids inside the model's vocabulary (a test model's may hold 30 tokens)."""
-    size = len(lm.tokenizer)
+    size = weights.tokens
     return [[i % size for i in row] for row in _PROBE_ROWS]

@@ -17,15 +17,12 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import torch
 
 from .scheduler import Executor, Request, Scheduler
 from .transformers_api import cache_keyword, croppable, fresh_cache, returned_cache
-
-if TYPE_CHECKING:  # the runtime serves loaded models; it never loads one
-    from ..models.loading import LoadedModel
+from .weights import Weights
 
 
 class OwnCache:
@@ -43,11 +40,11 @@ class OwnCache:
 class OwnCacheExecutor(Executor):
     """A model's requests, answered one run at a time on transformers' cache (the module's docstring)."""
 
-    def __init__(self, scheduler: Scheduler, lm: LoadedModel):
-        super().__init__(scheduler, lm.name, str(lm.device))
-        self._model = weakref.ref(lm.model)  # the scheduler's registry must not keep a model alive
-        self._cache_keyword = cache_keyword(lm.model)
-        self.device = lm.device
+    def __init__(self, scheduler: Scheduler, weights: Weights):
+        super().__init__(scheduler, weights.name, weights.device)
+        self._model = weakref.ref(weights.module)  # the scheduler's registry must not keep a model alive
+        self._cache_keyword = cache_keyword(weights.module)
+        self.device = weights.device
         self._open = 0
 
     def take_slot(self, ids: Sequence[int] = ()) -> tuple[OwnCache, int]:

@@ -18,42 +18,52 @@ the rest.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
 import torch
 
-from .executors import model_executor
+from ..contract.sessions import ForwardStats, Sessions
+from .executors import RuntimePath, model_executor, runtime_path
 from .kv_slots import KVSlot, common_prefix
 from .own_cache import OwnCache
-from .scheduler import SCHEDULER, ActiveRun, Request, Scheduler
+from .scheduler import SCHEDULER, ActiveRun, Executor, Request, Scheduler
+from .weights import Weights
 
-if TYPE_CHECKING:  # the runtime serves loaded models; it never loads one
-    from ..models.loading import LoadedModel
-
-__all__ = ["SCHEDULER", "ForwardStats", "ModelSession", "runs_sharing"]
+__all__ = ["SCHEDULER", "LocalSessions", "ModelSession", "runs_sharing"]
 
 
-def runs_sharing(models: Sequence[LoadedModel], scheduler: Scheduler | None = None) -> int:
-    """How many runs hold these models right now, i.e. share their forward passes (on the process's
-    scheduler unless given another)."""
-    return (SCHEDULER if scheduler is None else scheduler).runs_on([lm.model for lm in models])
+def runs_sharing(models: Sequence[Sessions], scheduler: Scheduler | None = None) -> int:
+    """How many runs hold these models (their session factories) right now, i.e. share their forward passes
+    (on the process's scheduler unless given another)."""
+    return (SCHEDULER if scheduler is None else scheduler).runs_on([m.key for m in models])
 
 
-@dataclass
-class ForwardStats:
-    """A session's forward passes. `seconds` is the wall time of the passes it took part in (the other
-    rows' work included); `rows` sums the runs sharing each of them, so rows / passes is the mean batch;
-    `wait_seconds` is the time its requests waited for a pass to start; `reused` counts prompt positions whose
-    keys and values came from a finished run's slot instead of a pass (`ModelExecutor.take_slot`)."""
+@dataclass(frozen=True)
+class LocalSessions:
+    """The session factory of weights loaded in this process: the path they take through the runtime is
+    decided once, from what they compute (`executors.runtime_path`), when the factory is made (`serve`)."""
 
-    passes: int = 0
-    positions: int = 0
-    seconds: float = 0.0
-    rows: int = 0
-    wait_seconds: float = 0.0
-    logit_bytes: int = 0  # logits handed from the model's device to the host (full-vocabulary rows, its dtype)
-    reused: int = 0
+    weights: Weights
+    path: RuntimePath = field(default_factory=RuntimePath)
+
+    @classmethod
+    def serve(cls, weights: Weights) -> LocalSessions:
+        """The factory for these weights on the path the load probes choose (ModelLoadError where none runs)."""
+        return cls(weights, runtime_path(weights))
+
+    @property
+    def key(self) -> object:
+        return self.weights.module
+
+    def open(self, scheduler: Scheduler | None = None) -> ModelSession:
+        return ModelSession(self, scheduler)
+
+    def executor(self, scheduler: Scheduler) -> Executor:
+        """The scheduler's executor for these weights (made on first use)."""
+        return model_executor(scheduler, self.weights, self.path)
+
+    def describe(self) -> dict:
+        return {"runtime": self.path.name, **({"runtime_reason": self.path.reason} if self.path.reason else {})}
 
 
 class ModelSession:
@@ -61,23 +71,23 @@ class ModelSession:
     opening it (`ActiveRun.opening`), else the process's. Opened while a run on that scheduler is current, it
     belongs to that run; otherwise to a run of its own that never holds up anyone's pass."""
 
-    def __init__(self, lm: LoadedModel, scheduler: Scheduler | None = None):
+    def __init__(self, local: LocalSessions, scheduler: Scheduler | None = None):
         run = ActiveRun.current()
         if scheduler is None:
             scheduler = SCHEDULER if run is None else run.scheduler
         if run is None or run.scheduler is not scheduler:
             run = ActiveRun(scheduler)
-        self.lm = lm
+        self.name = local.weights.name
         self.cached_ids: list[int] = []
         self.stats = ForwardStats()
         self._memo: dict[int, torch.Tensor] = {}  # start index -> logits (fp32, CPU)
         self.scheduler = scheduler
-        self.executor = model_executor(scheduler, lm)
+        self.executor = local.executor(scheduler)
         self._slot: KVSlot | OwnCache | None = None  # taken at the first feed, when the prompt is known
         self._closed = False
         self._run = run
         self._run.attach(self)
-        self._vocab_size = getattr(getattr(lm.model, "config", None), "vocab_size", None)
+        self._vocab_size = local.weights.vocab_size
 
     @property
     def slot(self) -> KVSlot | OwnCache | None:
@@ -103,7 +113,7 @@ class ModelSession:
     def next_token_logits(self, ids: Sequence[int], starts: Sequence[int]) -> torch.Tensor:
         """Logits of the distribution of ids[t] given ids[:t], for each t in `starts` (1 ≤ t ≤ len(ids))."""
         if self._closed:
-            raise RuntimeError(f"the session on {self.lm.name} is closed")
+            raise RuntimeError(f"the session on {self.name} is closed")
         if self._slot is None:  # the first feed: a finished run's slot may hold the start of `ids`
             self._slot, shared = self.executor.take_slot(ids)
             self.cached_ids, self.stats.reused = [int(i) for i in ids[:shared]], shared
@@ -130,7 +140,7 @@ class ModelSession:
             self._truncate(feed_from)
         chunk = [int(i) for i in ids[feed_from : wanted[-1]]]
         if self._vocab_size and not all(0 <= i < self._vocab_size for i in chunk):
-            raise ValueError(f"a token id outside {self.lm.name}'s vocabulary of {self._vocab_size}")
+            raise ValueError(f"a token id outside {self.name}'s vocabulary of {self._vocab_size}")
         request = Request(self._run, self._slot, feed_from, chunk, [t - 1 - feed_from for t in wanted])
         self.scheduler.answer(self.executor, request)
         self.stats.passes += 1
