@@ -32,7 +32,7 @@ import torch
 from ..contract.errors import ModelLoadError, first_line
 from .batching import ModelExecutor
 from .own_cache import OwnCacheExecutor
-from .scheduler import ActiveRun, Executor, Request, Scheduler
+from .scheduler import ActiveRun, Request, Scheduler, SlotExecutor
 from .transformers_api import UnsupportedTransformers, layer_types
 
 if TYPE_CHECKING:  # the runtime serves loaded models; it never loads one
@@ -58,7 +58,7 @@ class RuntimePath:
     reason: str = ""
 
 
-def model_executor(scheduler: Scheduler, lm: LoadedModel) -> Executor:
+def model_executor(scheduler: Scheduler, lm: LoadedModel) -> SlotExecutor:
     """The scheduler's executor for the model's weights (made on first use), of the kind its path names."""
     kind = OwnCacheExecutor if lm.runtime.name == OWN_CACHE else ModelExecutor
     return scheduler.executor(lm.model, lambda: kind(scheduler, lm))

@@ -34,16 +34,18 @@ import threading
 import time
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 if TYPE_CHECKING:
     import torch
 
 _ident = threading.get_ident
 E = TypeVar("E", bound="Executor")
+S = TypeVar("S")  # what a request carries to its executor: a run's slot, or a remote call's question
+SlotT = TypeVar("SlotT", bound="Slot")
 
 
 class LockNotHeld(RuntimeError):
@@ -118,15 +120,23 @@ class SchedulerLock:
             self._owner, self._depth = _ident(), depth
 
 
+class Slot(Protocol):
+    """A run's state on a model served in this process, kept by the run's session from its first feed to its
+    close: positions 0..length-1 are computed; a rollback only lowers `length`, and the next pass makes the
+    state agree (`kv_slots.KVSlot`, `own_cache.OwnCache`)."""
+
+    length: int
+
+
 @dataclass
-class Request:
+class Request(Generic[S]):
     """Feed `chunk` at logical positions offset.. into `slot`; logits after each chunk index in `keep`.
 
     The scheduler reads `run`, `submitted`, `done`, `resumed` and `error`; the rest is the executor's: `slot`
-    is the run's state on it (a `KVSlot` for the batching executor)."""
+    is what its pass needs of the run (a `KVSlot` for the batching executor)."""
 
     run: ActiveRun
-    slot: Any
+    slot: S
     offset: int
     chunk: list[int]
     keep: list[int]
@@ -141,7 +151,7 @@ class Request:
     logit_bytes: int = 0  # the answer's logits as they left the model's device
 
 
-class Executor(ABC):
+class Executor(ABC, Generic[S]):
     """What the scheduler drives: one model's queue of requests, and how a pass answers a batch of them.
 
     The scheduler decides when a pass fires and on which device it runs; the executor decides what a pass
@@ -149,22 +159,23 @@ class Executor(ABC):
     pass; an executor for a model kept on transformers' own cache, or for a model behind an HTTP server,
     implements `run_pass` its own way. The queue's methods need the scheduler's lock; `run_pass` runs
     without it, on the device the scheduler handed over (`device_key`: passes on one key go one at a time).
+    An executor whose runs each keep a state on the model is a `SlotExecutor`.
     """
 
     def __init__(self, scheduler: Scheduler, name: str, device_key: str):
         self.scheduler, self.name, self.device_key = scheduler, name, device_key
         self.recent_pass_s: float | None = None  # a recent pass's wall time (the fire rule waits half of it)
-        self._queue: list[Request] = []
+        self._queue: list[Request[S]] = []
 
     def note_pass(self, seconds: float) -> None:
         """Fold a pass's wall time into `recent_pass_s`, a moving average: one slow pass barely moves the wait."""
         self.recent_pass_s = seconds if self.recent_pass_s is None else 0.8 * self.recent_pass_s + 0.2 * seconds
 
-    def enqueue(self, request: Request) -> None:
+    def enqueue(self, request: Request[S]) -> None:
         self.scheduler.lock.require()
         self._queue.append(request)
 
-    def withdraw(self, request: Request) -> None:
+    def withdraw(self, request: Request[S]) -> None:
         """Take back a request no pass has taken (its thread was interrupted while waiting)."""
         self.scheduler.lock.require()
         if request in self._queue:
@@ -180,7 +191,7 @@ class Executor(ABC):
         self.scheduler.lock.require()
         return self._queue[0].submitted
 
-    def take_batch(self, max_rows: int, max_tokens: int) -> list[Request]:
+    def take_batch(self, max_rows: int, max_tokens: int) -> list[Request[S]]:
         """The next pass's requests, oldest first: up to `max_rows`, and `max_tokens` new tokens past the first."""
         self.scheduler.lock.require()
         taken, tokens = [], 0
@@ -192,10 +203,36 @@ class Executor(ABC):
         return taken
 
     @abstractmethod
-    def run_pass(self, batch: list[Request]) -> None:
+    def run_pass(self, batch: list[Request[S]]) -> None:
         """Answer every request of the batch in one pass, without the scheduler's lock: set each one's
         `logits`, `rows`, `started`, `seconds`, `logit_bytes`; raise if the pass fails (the scheduler then
         runs the requests one by one, so each failing run gets its own error)."""
+
+
+class SlotExecutor(Executor[SlotT]):
+    """An executor of a model in this process, whose runs each hold a `Slot` from their session's first feed
+    to its close: what a `session.ModelSession` drives. The slot methods take the scheduler's lock themselves."""
+
+    @abstractmethod
+    def take_slot(self, ids: Sequence[int] = ()) -> tuple[SlotT, int]:
+        """A slot for a run about to feed `ids`, and how many of them it already holds (a prefix a closed run
+        left, where the executor keeps closed runs' slots)."""
+
+    @abstractmethod
+    def release(self, slot: SlotT, ids: Sequence[int] = ()) -> None:
+        """A closed run's slot, holding `ids`, comes back: kept for a next run, or freed."""
+
+    @abstractmethod
+    def open_slots(self) -> int:
+        """Slots of open runs."""
+
+    @abstractmethod
+    def free_slots(self) -> int:
+        """Closed runs' slots kept for the next runs."""
+
+    @abstractmethod
+    def slot_bytes(self) -> int:
+        """Memory held by the slots, open runs' and kept ones' (0 where the executor does not track it)."""
 
 
 class Scheduler:
@@ -345,7 +382,7 @@ class Scheduler:
             self.release_device(device)
 
     # ------------------------------------------------------------ passes
-    def answer(self, executor: Executor, request: Request) -> Request:
+    def answer(self, executor: Executor[S], request: Request[S]) -> Request[S]:
         """Queue the request and return when a pass answered it (this thread may run that pass); raises the
         request's own error. Call it without the lock: it waits."""
         lock = self.lock
@@ -376,7 +413,7 @@ class Scheduler:
             raise request.error
         return request
 
-    def _fire(self, executor: Executor, batch: list[Request]) -> None:
+    def _fire(self, executor: Executor[S], batch: list[Request[S]]) -> None:
         """Run the pass on the device the executor holds, then hand the device back. Due is decided with
         the device taken, under the lock, so runs answered by the pass just ended (computing from that
         moment) are not left behind: two runs alternating between two models fall into step."""
@@ -395,7 +432,7 @@ class Scheduler:
                 self.release_device(executor.device_key)
 
     @staticmethod
-    def _answer_batch(executor: Executor, batch: list[Request]) -> None:
+    def _answer_batch(executor: Executor[S], batch: list[Request[S]]) -> None:
         """One pass for the batch; if it raises, each request alone (one run's error stays its own)."""
         try:
             executor.run_pass(batch)

@@ -24,9 +24,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from .executors import model_executor
-from .kv_slots import KVSlot, common_prefix
-from .own_cache import OwnCache
-from .scheduler import SCHEDULER, ActiveRun, Request, Scheduler
+from .kv_slots import common_prefix
+from .scheduler import SCHEDULER, ActiveRun, Request, Scheduler, Slot
 
 if TYPE_CHECKING:  # the runtime serves loaded models; it never loads one
     from ..models.loading import LoadedModel
@@ -73,14 +72,14 @@ class ModelSession:
         self._memo: dict[int, torch.Tensor] = {}  # start index -> logits (fp32, CPU)
         self.scheduler = scheduler
         self.executor = model_executor(scheduler, lm)
-        self._slot: KVSlot | OwnCache | None = None  # taken at the first feed, when the prompt is known
+        self._slot: Slot | None = None  # taken at the first feed, when the prompt is known
         self._closed = False
         self._run = run
         self._run.attach(self)
         self._vocab_size = getattr(getattr(lm.model, "config", None), "vocab_size", None)
 
     @property
-    def slot(self) -> KVSlot | OwnCache | None:
+    def slot(self) -> Slot | None:
         """The run's KV slot on this model (its own cache, off the KV slots): taken at the first feed, handed
         back at `close`."""
         return self._slot
