@@ -2,24 +2,15 @@
 
 Every run (a `decode()` in its own thread, or a bare `ModelSession`) asks its model sessions for logits;
 each request goes to its model's executor (`Executor`; the KV-slot batching one is `batching.ModelExecutor`)
-and waits in `Scheduler.answer` until a pass answers it. When to fire (docs/runtime.md, "Many runs at once"):
+and waits in `Scheduler.answer` until a pass answers it. When a model's waiting requests fire, and which model
+a shared device serves next, is the policy (`policy.py`: pure functions of what the scheduler sees); this
+module does the rest:
 
-- fire model M's pending requests as soon as no run holding an open session on M is still computing
-  (every such run is waiting on some executor, or has handed an event to its consumer); a run alone
-  never waits;
-- otherwise fire when the oldest pending request has waited `Scheduler.max_wait_s` (20 ms) or half
-  of M's recent pass time, whichever is shorter, counted from its arrival or from the end of the pass
-  on the device it arrived behind. A row joining costs far less than a pass of its own (the weights
-  are read once), so waiting up to half a pass for a run still computing pays; the wait ends as soon as
-  every run holding M is waiting somewhere;
 - a pass takes the pending requests oldest first, up to `max_rows` runs and `max_tokens` new tokens;
 - passes on one device run one at a time: the cores are shared anyway, and requests that arrive
-  meanwhile join the next pass. When several models on a device are due, the one with the most rows
-  waiting goes first, unless another has been passed over `Scheduler.patience` times: runs that wait
-  on the verifier while others still draft then verify together, in one pass instead of several.
-
-The thread whose request makes a pass due runs it (no scheduler thread). A pass that raises is
-retried row by row, so a failing run fails alone with its own error.
+  meanwhile join the next pass;
+- the thread whose request makes a pass due runs it (no scheduler thread); a pass that raises is
+  retried row by row, so a failing run fails alone with its own error.
 
 One `Scheduler` owns all of this: which runs compute, which device is held and by whom, when each device
 was freed, how often each executor was passed over. Its state changes only under its `lock`, and the
@@ -38,6 +29,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
+
+from . import policy
 
 if TYPE_CHECKING:
     import torch
@@ -304,42 +297,46 @@ class Scheduler:
         with self.lock:
             return self._computing.get(run, 0)
 
-    # ------------------------------------------------------------ the fire rule
+    # ------------------------------------------------------------ the fire rule (`policy.py` decides)
+    def _view(self, executor: Executor) -> policy.Queue | None:
+        """The executor's waiting requests as the policy sees them now (under the lock); None if none wait."""
+        waiting = executor.waiting()
+        if not waiting:
+            return None
+        return policy.Queue(
+            waiting=waiting,
+            oldest=executor.oldest_submitted(),
+            freed=self._freed.get(executor.device_key, 0.0),
+            recent_pass_s=executor.recent_pass_s,
+            holder_computes=any(run.holds(executor) for run in self._busy),
+            passed_over=self._passed_over.get(executor, 0),
+        )
+
     def is_due(self, executor: Executor) -> bool:
-        """Whether the executor's waiting requests should go now (under the lock): no run holding its model
-        computes, or the oldest has waited long enough (`seconds_until_due`)."""
-        self.lock.require()
-        if not executor.waiting():
-            return False
-        if not any(run.holds(executor) for run in self._busy):
-            return True
-        return self.seconds_until_due(executor) <= 0
+        """Whether the executor's waiting requests should go now (under the lock; `policy.is_due`)."""
+        queue = self._view(executor)
+        return queue is not None and policy.is_due(queue, self.clock(), self.max_wait_s)
 
     def seconds_until_due(self, executor: Executor) -> float:
-        """Until the oldest waiting request has waited long enough (under the lock). The wait runs from when it
-        could first have gone: its arrival, or the end of the pass it arrived behind (else runs that alternate
-        with each other would never meet)."""
-        self.lock.require()
-        since = max(executor.oldest_submitted(), self._freed.get(executor.device_key, 0.0))
-        recent = executor.recent_pass_s
-        wait = self.max_wait_s if recent is None else min(self.max_wait_s, 0.5 * recent)
-        return since + wait - self.clock()
+        """Until the oldest of the executor's waiting requests has waited long enough (under the lock; some
+        must wait; `policy.seconds_until_due`)."""
+        return policy.seconds_until_due(self._view(executor), self.clock(), self.max_wait_s)
 
     # ------------------------------------------------------------ devices
     def has_turn(self, executor: Executor) -> bool:
-        """Whether the due executor may take its device now (under the lock): the device is free and no other
-        due executor on it comes first (passed over `patience` times, then more rows waiting, then the older
-        request)."""
+        """Whether the executor, with requests waiting, may take its device now (under the lock): the device is
+        free and no other due executor on it comes first (`policy.next_on_device`; a tie goes to the asker, whose
+        thread takes the device under the same lock)."""
         self.lock.require()
-        device = executor.device_key
-        if device in self._holders:
+        if executor.device_key in self._holders:
             return False
-        rivals = [e for e in self._on(device) if e is not executor and self.is_due(e)]
-
-        def rank(e: Executor):
-            return (self._passed_over.get(e, 0) >= self.patience, e.waiting(), -e.oldest_submitted(), id(e))
-
-        return all(rank(executor) > rank(e) for e in rivals)
+        mine = self._view(executor)
+        if mine is None:
+            return False
+        now = self.clock()
+        rivals = [self._view(e) for e in self._on(executor.device_key) if e is not executor]
+        due = [q for q in rivals if q is not None and policy.is_due(q, now, self.max_wait_s)]
+        return policy.next_on_device([mine, *due], self.patience) == 0
 
     def take_device(self, executor: Executor) -> None:
         """The executor's pass holds its device (under the lock, when it `has_turn`); every other due executor
