@@ -10,7 +10,8 @@ module does the rest:
 - passes on one device run one at a time: the cores are shared anyway, and requests that arrive
   meanwhile join the next pass;
 - the thread whose request makes a pass due runs it (no scheduler thread); a pass that raises is
-  retried row by row, so a failing run fails alone with its own error.
+  retried row by row, so a failing run fails alone with its own error;
+- a run counts as computing while any of its threads does (`set_busy`), which the fire rule reads.
 
 One `Scheduler` owns all of this: which runs compute, which device is held and by whom, when each device
 was freed, how often each executor was passed over. Its state changes only under its `lock`, and the
@@ -247,8 +248,7 @@ class Scheduler:
         self._passed_over: weakref.WeakKeyDictionary[Executor, int] = weakref.WeakKeyDictionary()
         self._holders: dict[str, object] = {}  # device -> who holds it (an executor's pass, or `device()`)
         self._freed: dict[str, float] = {}  # device -> when its last pass ended
-        self._computing: dict[ActiveRun, int] = {}  # run -> its threads computing now (nonzero counts only)
-        self._busy: set[ActiveRun] = set()  # runs with a thread computing
+        self._busy: set[ActiveRun] = set()  # runs with a thread computing (`ActiveRun.threads_computing` > 0)
         self._runs: weakref.WeakSet[ActiveRun] = weakref.WeakSet()  # runs that opened a session
 
     # ------------------------------------------------------------ executors and runs
@@ -277,12 +277,8 @@ class Scheduler:
         """A thread of the run starts (True) or stops (False) computing: the run is busy while any of its
         threads computes (a driven run has one; SAFE's overlap adds helpers, `ActiveRun.helper`)."""
         with self.lock:
-            count = self._computing.get(run, 0) + (1 if busy else -1)
-            if count:
-                self._computing[run] = count
-            else:
-                del self._computing[run]
-            if count > 0:
+            run.threads_computing += 1 if busy else -1
+            if run.threads_computing > 0:
                 self._busy.add(run)
             else:
                 self._busy.discard(run)
@@ -292,10 +288,6 @@ class Scheduler:
         """Whether a thread of the run computes right now."""
         with self.lock:
             return run in self._busy
-
-    def threads_computing(self, run: ActiveRun) -> int:
-        with self.lock:
-            return self._computing.get(run, 0)
 
     # ------------------------------------------------------------ the fire rule (`policy.py` decides)
     def _view(self, executor: Executor) -> policy.Queue | None:
@@ -459,6 +451,9 @@ class ActiveRun:
     def __init__(self, scheduler: Scheduler | None = None):
         self.scheduler = SCHEDULER if scheduler is None else scheduler
         self.sessions: weakref.WeakSet = weakref.WeakSet()
+        # Its threads computing now, counted by `Scheduler.set_busy` under the lock: below 0 while a bare
+        # session's run, never marked computing, waits on a pass.
+        self.threads_computing = 0
 
     @staticmethod
     def current() -> ActiveRun | None:
