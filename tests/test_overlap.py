@@ -148,7 +148,7 @@ def test_a_run_is_busy_while_any_of_its_threads_computes():
         with run.helper():
             assert scheduler.is_busy(run)
         assert not scheduler.is_busy(run)
-    assert scheduler.is_busy(run) and scheduler.threads_computing(run) == 1
+    assert scheduler.is_busy(run) and run.threads_computing == 1
 
 
 @pytest.mark.real_models

@@ -67,7 +67,7 @@ class Call:
     generated: list[int] = field(default_factory=list)
 
 
-class HttpExecutor(Executor):
+class HttpExecutor(Executor[Call]):
     """The scheduler's executor for one served model: a pass sends every waiting run's request at once, each on
     its own pooled connection, so several runs have requests in flight together; a failed request fails only
     its own run."""
@@ -77,7 +77,7 @@ class HttpExecutor(Executor):
         self.client, self.served_name = client, served_name
         self._threads = ThreadPoolExecutor(max_workers=scheduler.max_rows, thread_name_prefix=f"http-{served_name}")
 
-    def run_pass(self, batch: list[Request]) -> None:
+    def run_pass(self, batch: list[Request[Call]]) -> None:
         started = time.perf_counter()
         futures = [self._threads.submit(self._ask, request.slot) for request in batch]
         for request, future in zip(batch, futures):

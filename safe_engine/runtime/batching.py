@@ -16,13 +16,13 @@ from collections.abc import Sequence
 import torch
 
 from .kv_slots import KVSlot, SlotBatch, SlotRow, common_prefix, install_slot_attention
-from .scheduler import Executor, Request, Scheduler
+from .scheduler import Request, Scheduler, SlotExecutor
 from .weights import Weights
 
 _PLACEHOLDER_MASK = torch.ones(1, 1, 1, 1, dtype=torch.bool)  # a prepared 4D mask stops transformers building one
 
 
-class ModelExecutor(Executor):
+class ModelExecutor(SlotExecutor[KVSlot]):
     """Pending requests, free slots and the forward pass of one model.
 
     Slots: a closed run's slot is kept (buffers and all) for the next run, up to `keep_free` of them and
@@ -95,7 +95,7 @@ class ModelExecutor(Executor):
             return sum(s.nbytes for s in [*self._live, *self._free])
 
     # ------------------------------------------------------------ passes
-    def run_pass(self, batch: list[Request]) -> None:
+    def run_pass(self, batch: list[Request[KVSlot]]) -> None:
         ids, positions, keep, rows = [], [], [], []
         for request in batch:
             begin = len(ids)

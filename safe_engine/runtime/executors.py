@@ -31,7 +31,7 @@ import torch
 from ..contract.errors import ModelLoadError, first_line
 from .batching import ModelExecutor
 from .own_cache import OwnCacheExecutor
-from .scheduler import ActiveRun, Executor, Request, Scheduler
+from .scheduler import ActiveRun, Request, Scheduler, SlotExecutor
 from .transformers_api import UnsupportedTransformers, layer_types
 from .weights import Weights
 
@@ -55,7 +55,7 @@ class RuntimePath:
     reason: str = ""
 
 
-def model_executor(scheduler: Scheduler, weights: Weights, path: RuntimePath) -> Executor:
+def model_executor(scheduler: Scheduler, weights: Weights, path: RuntimePath) -> SlotExecutor:
     """The scheduler's executor for the weights (made on first use), of the kind the path names."""
     kind = OwnCacheExecutor if path.name == OWN_CACHE else ModelExecutor
     return scheduler.executor(weights.module, lambda: kind(scheduler, weights))

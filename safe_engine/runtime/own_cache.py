@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .scheduler import Executor, Request, Scheduler
+from .scheduler import Request, Scheduler, SlotExecutor
 from .transformers_api import cache_keyword, croppable, fresh_cache, returned_cache
 from .weights import Weights
 
@@ -37,7 +37,7 @@ class OwnCache:
         self.cache = None
 
 
-class OwnCacheExecutor(Executor):
+class OwnCacheExecutor(SlotExecutor[OwnCache]):
     """A model's requests, answered one run at a time on transformers' cache (the module's docstring)."""
 
     def __init__(self, scheduler: Scheduler, weights: Weights):
@@ -69,12 +69,12 @@ class OwnCacheExecutor(Executor):
     def slot_bytes(self) -> int:
         return 0  # the caches are transformers' objects; their size is not tracked here
 
-    def run_pass(self, batch: list[Request]) -> None:
+    def run_pass(self, batch: list[Request[OwnCache]]) -> None:
         for request in batch:  # one forward pass per run: each has its own cache
             self._answer(request)
 
-    def _answer(self, request: Request) -> None:
-        state: OwnCache = request.slot
+    def _answer(self, request: Request[OwnCache]) -> None:
+        state = request.slot
         offset, chunk, keep = request.offset, list(request.chunk), list(request.keep)
         if offset < len(state.ids):
             if croppable(state.cache):

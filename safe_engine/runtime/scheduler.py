@@ -2,24 +2,16 @@
 
 Every run (a `decode()` in its own thread, or a bare `ModelSession`) asks its model sessions for logits;
 each request goes to its model's executor (`Executor`; the KV-slot batching one is `batching.ModelExecutor`)
-and waits in `Scheduler.answer` until a pass answers it. When to fire (docs/runtime.md, "Many runs at once"):
+and waits in `Scheduler.answer` until a pass answers it. When a model's waiting requests fire, and which model
+a shared device serves next, is the policy (`policy.py`: pure functions of what the scheduler sees); this
+module does the rest:
 
-- fire model M's pending requests as soon as no run holding an open session on M is still computing
-  (every such run is waiting on some executor, or has handed an event to its consumer); a run alone
-  never waits;
-- otherwise fire when the oldest pending request has waited `Scheduler.max_wait_s` (20 ms) or half
-  of M's recent pass time, whichever is shorter, counted from its arrival or from the end of the pass
-  on the device it arrived behind. A row joining costs far less than a pass of its own (the weights
-  are read once), so waiting up to half a pass for a run still computing pays; the wait ends as soon as
-  every run holding M is waiting somewhere;
 - a pass takes the pending requests oldest first, up to `max_rows` runs and `max_tokens` new tokens;
 - passes on one device run one at a time: the cores are shared anyway, and requests that arrive
-  meanwhile join the next pass. When several models on a device are due, the one with the most rows
-  waiting goes first, unless another has been passed over `Scheduler.patience` times: runs that wait
-  on the verifier while others still draft then verify together, in one pass instead of several.
-
-The thread whose request makes a pass due runs it (no scheduler thread). A pass that raises is
-retried row by row, so a failing run fails alone with its own error.
+  meanwhile join the next pass;
+- the thread whose request makes a pass due runs it (no scheduler thread); a pass that raises is
+  retried row by row, so a failing run fails alone with its own error;
+- a run counts as computing while any of its threads does (`set_busy`), which the fire rule reads.
 
 One `Scheduler` owns all of this: which runs compute, which device is held and by whom, when each device
 was freed, how often each executor was passed over. Its state changes only under its `lock`, and the
@@ -34,16 +26,20 @@ import threading
 import time
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
+
+from . import policy
 
 if TYPE_CHECKING:
     import torch
 
 _ident = threading.get_ident
 E = TypeVar("E", bound="Executor")
+S = TypeVar("S")  # what a request carries to its executor: a run's slot, or a remote call's question
+SlotT = TypeVar("SlotT", bound="Slot")
 
 
 class LockNotHeld(RuntimeError):
@@ -118,15 +114,23 @@ class SchedulerLock:
             self._owner, self._depth = _ident(), depth
 
 
+class Slot(Protocol):
+    """A run's state on a model served in this process, kept by the run's session from its first feed to its
+    close: positions 0..length-1 are computed; a rollback only lowers `length`, and the next pass makes the
+    state agree (`kv_slots.KVSlot`, `own_cache.OwnCache`)."""
+
+    length: int
+
+
 @dataclass
-class Request:
+class Request(Generic[S]):
     """Feed `chunk` at logical positions offset.. into `slot`; logits after each chunk index in `keep`.
 
     The scheduler reads `run`, `submitted`, `done`, `resumed` and `error`; the rest is the executor's: `slot`
-    is the run's state on it (a `KVSlot` for the batching executor)."""
+    is what its pass needs of the run (a `KVSlot` for the batching executor)."""
 
     run: ActiveRun
-    slot: Any
+    slot: S
     offset: int
     chunk: list[int]
     keep: list[int]
@@ -141,7 +145,7 @@ class Request:
     logit_bytes: int = 0  # the answer's logits as they left the model's device
 
 
-class Executor(ABC):
+class Executor(ABC, Generic[S]):
     """What the scheduler drives: one model's queue of requests, and how a pass answers a batch of them.
 
     The scheduler decides when a pass fires and on which device it runs; the executor decides what a pass
@@ -149,22 +153,23 @@ class Executor(ABC):
     pass; an executor for a model kept on transformers' own cache, or for a model behind an HTTP server,
     implements `run_pass` its own way. The queue's methods need the scheduler's lock; `run_pass` runs
     without it, on the device the scheduler handed over (`device_key`: passes on one key go one at a time).
+    An executor whose runs each keep a state on the model is a `SlotExecutor`.
     """
 
     def __init__(self, scheduler: Scheduler, name: str, device_key: str):
         self.scheduler, self.name, self.device_key = scheduler, name, device_key
         self.recent_pass_s: float | None = None  # a recent pass's wall time (the fire rule waits half of it)
-        self._queue: list[Request] = []
+        self._queue: list[Request[S]] = []
 
     def note_pass(self, seconds: float) -> None:
         """Fold a pass's wall time into `recent_pass_s`, a moving average: one slow pass barely moves the wait."""
         self.recent_pass_s = seconds if self.recent_pass_s is None else 0.8 * self.recent_pass_s + 0.2 * seconds
 
-    def enqueue(self, request: Request) -> None:
+    def enqueue(self, request: Request[S]) -> None:
         self.scheduler.lock.require()
         self._queue.append(request)
 
-    def withdraw(self, request: Request) -> None:
+    def withdraw(self, request: Request[S]) -> None:
         """Take back a request no pass has taken (its thread was interrupted while waiting)."""
         self.scheduler.lock.require()
         if request in self._queue:
@@ -180,7 +185,7 @@ class Executor(ABC):
         self.scheduler.lock.require()
         return self._queue[0].submitted
 
-    def take_batch(self, max_rows: int, max_tokens: int) -> list[Request]:
+    def take_batch(self, max_rows: int, max_tokens: int) -> list[Request[S]]:
         """The next pass's requests, oldest first: up to `max_rows`, and `max_tokens` new tokens past the first."""
         self.scheduler.lock.require()
         taken, tokens = [], 0
@@ -192,10 +197,36 @@ class Executor(ABC):
         return taken
 
     @abstractmethod
-    def run_pass(self, batch: list[Request]) -> None:
+    def run_pass(self, batch: list[Request[S]]) -> None:
         """Answer every request of the batch in one pass, without the scheduler's lock: set each one's
         `logits`, `rows`, `started`, `seconds`, `logit_bytes`; raise if the pass fails (the scheduler then
         runs the requests one by one, so each failing run gets its own error)."""
+
+
+class SlotExecutor(Executor[SlotT]):
+    """An executor of a model in this process, whose runs each hold a `Slot` from their session's first feed
+    to its close: what a `session.ModelSession` drives. The slot methods take the scheduler's lock themselves."""
+
+    @abstractmethod
+    def take_slot(self, ids: Sequence[int] = ()) -> tuple[SlotT, int]:
+        """A slot for a run about to feed `ids`, and how many of them it already holds (a prefix a closed run
+        left, where the executor keeps closed runs' slots)."""
+
+    @abstractmethod
+    def release(self, slot: SlotT, ids: Sequence[int] = ()) -> None:
+        """A closed run's slot, holding `ids`, comes back: kept for a next run, or freed."""
+
+    @abstractmethod
+    def open_slots(self) -> int:
+        """Slots of open runs."""
+
+    @abstractmethod
+    def free_slots(self) -> int:
+        """Closed runs' slots kept for the next runs."""
+
+    @abstractmethod
+    def slot_bytes(self) -> int:
+        """Memory held by the slots, open runs' and kept ones' (0 where the executor does not track it)."""
 
 
 class Scheduler:
@@ -217,8 +248,7 @@ class Scheduler:
         self._passed_over: weakref.WeakKeyDictionary[Executor, int] = weakref.WeakKeyDictionary()
         self._holders: dict[str, object] = {}  # device -> who holds it (an executor's pass, or `device()`)
         self._freed: dict[str, float] = {}  # device -> when its last pass ended
-        self._computing: dict[ActiveRun, int] = {}  # run -> its threads computing now (nonzero counts only)
-        self._busy: set[ActiveRun] = set()  # runs with a thread computing
+        self._busy: set[ActiveRun] = set()  # runs with a thread computing (`ActiveRun.threads_computing` > 0)
         self._runs: weakref.WeakSet[ActiveRun] = weakref.WeakSet()  # runs that opened a session
 
     # ------------------------------------------------------------ executors and runs
@@ -247,12 +277,8 @@ class Scheduler:
         """A thread of the run starts (True) or stops (False) computing: the run is busy while any of its
         threads computes (a driven run has one; SAFE's overlap adds helpers, `ActiveRun.helper`)."""
         with self.lock:
-            count = self._computing.get(run, 0) + (1 if busy else -1)
-            if count:
-                self._computing[run] = count
-            else:
-                del self._computing[run]
-            if count > 0:
+            run.threads_computing += 1 if busy else -1
+            if run.threads_computing > 0:
                 self._busy.add(run)
             else:
                 self._busy.discard(run)
@@ -263,46 +289,46 @@ class Scheduler:
         with self.lock:
             return run in self._busy
 
-    def threads_computing(self, run: ActiveRun) -> int:
-        with self.lock:
-            return self._computing.get(run, 0)
+    # ------------------------------------------------------------ the fire rule (`policy.py` decides)
+    def _view(self, executor: Executor) -> policy.Queue | None:
+        """The executor's waiting requests as the policy sees them now (under the lock); None if none wait."""
+        waiting = executor.waiting()
+        if not waiting:
+            return None
+        return policy.Queue(
+            waiting=waiting,
+            oldest=executor.oldest_submitted(),
+            freed=self._freed.get(executor.device_key, 0.0),
+            recent_pass_s=executor.recent_pass_s,
+            holder_computes=any(run.holds(executor) for run in self._busy),
+            passed_over=self._passed_over.get(executor, 0),
+        )
 
-    # ------------------------------------------------------------ the fire rule
     def is_due(self, executor: Executor) -> bool:
-        """Whether the executor's waiting requests should go now (under the lock): no run holding its model
-        computes, or the oldest has waited long enough (`seconds_until_due`)."""
-        self.lock.require()
-        if not executor.waiting():
-            return False
-        if not any(run.holds(executor) for run in self._busy):
-            return True
-        return self.seconds_until_due(executor) <= 0
+        """Whether the executor's waiting requests should go now (under the lock; `policy.is_due`)."""
+        queue = self._view(executor)
+        return queue is not None and policy.is_due(queue, self.clock(), self.max_wait_s)
 
     def seconds_until_due(self, executor: Executor) -> float:
-        """Until the oldest waiting request has waited long enough (under the lock). The wait runs from when it
-        could first have gone: its arrival, or the end of the pass it arrived behind (else runs that alternate
-        with each other would never meet)."""
-        self.lock.require()
-        since = max(executor.oldest_submitted(), self._freed.get(executor.device_key, 0.0))
-        recent = executor.recent_pass_s
-        wait = self.max_wait_s if recent is None else min(self.max_wait_s, 0.5 * recent)
-        return since + wait - self.clock()
+        """Until the oldest of the executor's waiting requests has waited long enough (under the lock; some
+        must wait; `policy.seconds_until_due`)."""
+        return policy.seconds_until_due(self._view(executor), self.clock(), self.max_wait_s)
 
     # ------------------------------------------------------------ devices
     def has_turn(self, executor: Executor) -> bool:
-        """Whether the due executor may take its device now (under the lock): the device is free and no other
-        due executor on it comes first (passed over `patience` times, then more rows waiting, then the older
-        request)."""
+        """Whether the executor, with requests waiting, may take its device now (under the lock): the device is
+        free and no other due executor on it comes first (`policy.next_on_device`; a tie goes to the asker, whose
+        thread takes the device under the same lock)."""
         self.lock.require()
-        device = executor.device_key
-        if device in self._holders:
+        if executor.device_key in self._holders:
             return False
-        rivals = [e for e in self._on(device) if e is not executor and self.is_due(e)]
-
-        def rank(e: Executor):
-            return (self._passed_over.get(e, 0) >= self.patience, e.waiting(), -e.oldest_submitted(), id(e))
-
-        return all(rank(executor) > rank(e) for e in rivals)
+        mine = self._view(executor)
+        if mine is None:
+            return False
+        now = self.clock()
+        rivals = [self._view(e) for e in self._on(executor.device_key) if e is not executor]
+        due = [q for q in rivals if q is not None and policy.is_due(q, now, self.max_wait_s)]
+        return policy.next_on_device([mine, *due], self.patience) == 0
 
     def take_device(self, executor: Executor) -> None:
         """The executor's pass holds its device (under the lock, when it `has_turn`); every other due executor
@@ -345,7 +371,7 @@ class Scheduler:
             self.release_device(device)
 
     # ------------------------------------------------------------ passes
-    def answer(self, executor: Executor, request: Request) -> Request:
+    def answer(self, executor: Executor[S], request: Request[S]) -> Request[S]:
         """Queue the request and return when a pass answered it (this thread may run that pass); raises the
         request's own error. Call it without the lock: it waits."""
         lock = self.lock
@@ -376,7 +402,7 @@ class Scheduler:
             raise request.error
         return request
 
-    def _fire(self, executor: Executor, batch: list[Request]) -> None:
+    def _fire(self, executor: Executor[S], batch: list[Request[S]]) -> None:
         """Run the pass on the device the executor holds, then hand the device back. Due is decided with
         the device taken, under the lock, so runs answered by the pass just ended (computing from that
         moment) are not left behind: two runs alternating between two models fall into step."""
@@ -395,7 +421,7 @@ class Scheduler:
                 self.release_device(executor.device_key)
 
     @staticmethod
-    def _answer_batch(executor: Executor, batch: list[Request]) -> None:
+    def _answer_batch(executor: Executor[S], batch: list[Request[S]]) -> None:
         """One pass for the batch; if it raises, each request alone (one run's error stays its own)."""
         try:
             executor.run_pass(batch)
@@ -425,6 +451,9 @@ class ActiveRun:
     def __init__(self, scheduler: Scheduler | None = None):
         self.scheduler = SCHEDULER if scheduler is None else scheduler
         self.sessions: weakref.WeakSet = weakref.WeakSet()
+        # Its threads computing now, counted by `Scheduler.set_busy` under the lock: below 0 while a bare
+        # session's run, never marked computing, waits on a pass.
+        self.threads_computing = 0
 
     @staticmethod
     def current() -> ActiveRun | None:

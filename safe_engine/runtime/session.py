@@ -24,9 +24,8 @@ import torch
 
 from ..contract.sessions import ForwardStats, Sessions
 from .executors import RuntimePath, model_executor, runtime_path
-from .kv_slots import KVSlot, common_prefix
-from .own_cache import OwnCache
-from .scheduler import SCHEDULER, ActiveRun, Executor, Request, Scheduler
+from .kv_slots import common_prefix
+from .scheduler import SCHEDULER, ActiveRun, Request, Scheduler, Slot, SlotExecutor
 from .weights import Weights
 
 __all__ = ["SCHEDULER", "LocalSessions", "ModelSession", "runs_sharing"]
@@ -58,7 +57,7 @@ class LocalSessions:
     def open(self, scheduler: Scheduler | None = None) -> ModelSession:
         return ModelSession(self, scheduler)
 
-    def executor(self, scheduler: Scheduler) -> Executor:
+    def executor(self, scheduler: Scheduler) -> SlotExecutor:
         """The scheduler's executor for these weights (made on first use)."""
         return model_executor(scheduler, self.weights, self.path)
 
@@ -83,14 +82,14 @@ class ModelSession:
         self._memo: dict[int, torch.Tensor] = {}  # start index -> logits (fp32, CPU)
         self.scheduler = scheduler
         self.executor = local.executor(scheduler)
-        self._slot: KVSlot | OwnCache | None = None  # taken at the first feed, when the prompt is known
+        self._slot: Slot | None = None  # taken at the first feed, when the prompt is known
         self._closed = False
         self._run = run
         self._run.attach(self)
         self._vocab_size = local.weights.vocab_size
 
     @property
-    def slot(self) -> KVSlot | OwnCache | None:
+    def slot(self) -> Slot | None:
         """The run's KV slot on this model (its own cache, off the KV slots): taken at the first feed, handed
         back at `close`."""
         return self._slot
