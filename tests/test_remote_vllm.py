@@ -5,6 +5,8 @@ test that kills the server runs last. The full 20-prompt comparison is benchmark
 """
 
 import json
+import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -29,7 +31,8 @@ from scripts.vllm_serve import VLLM_PYTHON, serving
 pytestmark = [pytest.mark.vllm, pytest.mark.real_models]
 PROMPT = "The capital of Madagascar is"
 CONFIG = DecodeConfig(max_new_tokens=32, damage_kl_steps=0)
-LONG_TEXT = Path(__file__).resolve().parents[1] / "docs" / "algorithm.md"  # any prose over 1024 tokens
+ROOT = Path(__file__).resolve().parents[1]
+LONG_TEXT = ROOT / "docs" / "algorithm.md"  # any prose over 1024 tokens
 
 
 @pytest.fixture(scope="module")
@@ -154,6 +157,32 @@ def test_the_app_runs_a_served_pair_like_a_local_one(server, remote_gemma, smoll
     assert started["models"][0]["placement"] == "openai"
     expected = summarize(list(decode([remote_gemma, smollm], PROMPT, replace(CONFIG, max_new_tokens=16))))
     assert [e for e in events if e["kind"] == "run_finished"][-1]["text"] == expected["text"]
+
+
+def recipe_command(url: str, out: Path) -> list[str]:
+    """docs/served_recipe.md's rehearsal bench command, with this module's server for Gemma, SmolLM2 in process
+    (one server per module), one row per task, 24 tokens and `out` as the folder."""
+    page = (ROOT / "docs" / "served_recipe.md").read_text(encoding="utf-8")
+    block = re.search(r"## Rehearse on a CPU.*?```bash\n(.*?)```", page, re.S).group(1)
+    line = next(line for line in block.replace("\\\n", " ").splitlines() if line.startswith("safe-ensemble bench"))
+    served = {"openai:http://127.0.0.1:8011/v1#gemma": f"openai:{url}#gemma"}
+    served["openai:http://127.0.0.1:8012/v1#smollm2"] = "embedded:smollm2-135m-instruct"
+    argv = [served.get(arg, arg) for arg in shlex.split(line)[1:]]
+    for option, value in {"--limit": "1", "--max-new-tokens": "24", "--out": str(out)}.items():
+        argv[argv.index(option) + 1] = value
+    return [sys.executable, "-m", "safe_engine", *argv]
+
+
+def test_the_recipes_bench_command_prints_the_papers_table(server, tmp_path):
+    command = recipe_command(server.url, tmp_path / "paper")
+    assert "--style" in command and "cot" in command and f"openai:{server.url}#gemma" in command
+    out = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    header, *rows = out.stdout.strip().splitlines()
+    assert header.split()[:6] == ["task", "strategy", "examples", "accuracy", "mean_e_t", "median_wall_ratio"]
+    strategies = {row.split()[1] for row in rows}
+    assert {"single:gemma", "single:smollm2-135m-instruct", "per-token", "safe"} <= strategies, out.stdout
+    assert {row.split()[0] for row in rows} == {"gsm8k_sample", "math500_sample", "all"}, out.stdout
 
 
 def test_a_server_killed_mid_run_fails_that_run_and_a_local_run_goes_on(server, remote_gemma, smollm, monkeypatch):
