@@ -6,7 +6,9 @@
 Each server answers at http://127.0.0.1:PORT/v1 under the served name before the first dash (gemma,
 smollm2): the model spec is ``openai:http://127.0.0.1:8011/v1#gemma``. vLLM lives in a venv of its own
 (VLLM_PYTHON, default /opt/vllm-venv/bin/python; bash scripts/setup.sh --vllm installs it): it pins a torch and
-a transformers of its own. The first start compiles for about 3 minutes (cached afterwards).
+a transformers of its own. The first start compiles for about 3 minutes (cached afterwards). The prefix cache
+keeps whole blocks of 32 tokens (`--block-size`; the CPU build's default is 128): a served verifier's requests
+reuse the context up to the last whole block and compute the rest.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ def command(folder: Path, name: str, port: int) -> list[str]:
     return [
         VLLM_PYTHON, "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder),
         "--served-model-name", name, "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
-        "--max-model-len", "2048", "--max-logprobs", "50",
+        "--max-model-len", "2048", "--max-logprobs", "50", "--block-size", "32",
     ]  # fmt: skip
 
 

@@ -1,5 +1,6 @@
 """The ``openai:`` spec without a real engine: parsing, load-time refusals, retries, a stalled server, the
-documented top-k approximation. A real vLLM server is the check of the rest (test_remote_vllm.py)."""
+documented top-k approximation, the choice of a scoring call's request shape. A real vLLM server is the check
+of the rest (test_remote_vllm.py)."""
 
 import json
 import threading
@@ -15,6 +16,7 @@ from safe_engine.models.specs import resolve_spec
 from safe_engine.remote.http_client import HttpSettings, JsonClient, RemoteError
 from safe_engine.remote.openai_session import Row
 from safe_engine.remote.openai_spec import parse_openai_spec
+from safe_engine.remote.request_shapes import PER_POSITION, PROMPT_LOGPROBS, ShapeCosts
 from safe_engine.strategies.decoding import decode
 
 
@@ -51,6 +53,35 @@ def test_the_kept_top_k_is_exact_and_the_rest_shares_what_is_left():
     assert probs[3].item() == pytest.approx(0.6065, abs=1e-4) and probs[7].item() == pytest.approx(0.2231, abs=1e-4)
     rest = (1 - 0.6065 - 0.2231) / 8
     assert probs[0].item() == pytest.approx(rest, abs=1e-4) and int(probs.argmax()) == 3
+
+
+def test_a_scoring_call_tries_each_shape_then_takes_the_cheaper_one_at_its_context_length():
+    costs = ShapeCosts()
+    assert costs.choose(40) == PROMPT_LOGPROBS  # nothing measured: today's one request
+    costs.note(PROMPT_LOGPROBS, 40, 0.30)
+    assert costs.choose(40) == PER_POSITION  # untried here
+    costs.note(PER_POSITION, 40, 0.40)
+    assert costs.choose(40) == PROMPT_LOGPROBS
+    assert costs.choose(100) == PROMPT_LOGPROBS  # the next band: 0.30 and 0.40 are lower bounds there
+    costs.note(PROMPT_LOGPROBS, 100, 0.80)  # the prefill grew with the context
+    assert costs.choose(100) == PER_POSITION
+    costs.note(PER_POSITION, 100, 0.42)
+    assert costs.choose(100) == costs.choose(1000) == PER_POSITION  # 0.42 against at least 0.80
+    costs.note(PER_POSITION, 1000, 0.45)
+    assert costs.choose(1000) == PER_POSITION
+    for _ in range(4):  # a moving average: slow calls move it, and the choice with it
+        costs.note(PER_POSITION, 1000, 3.0)
+    assert costs.choose(1000) == PROMPT_LOGPROBS
+
+
+def test_safe_openai_verify_fixes_the_shape_and_a_bad_value_is_refused(monkeypatch):
+    costs = ShapeCosts()
+    costs.note(PER_POSITION, 40, 9.0)
+    monkeypatch.setenv("SAFE_OPENAI_VERIFY", PER_POSITION)
+    assert costs.choose(40) == PER_POSITION
+    monkeypatch.setenv("SAFE_OPENAI_VERIFY", "fastest")
+    with pytest.raises(RemoteError, match="SAFE_OPENAI_VERIFY must be auto, prompt_logprobs or per_position"):
+        costs.choose(40)
 
 
 class StandIn(BaseHTTPRequestHandler):
@@ -106,10 +137,15 @@ def test_an_unknown_served_name_is_refused_at_load_time_with_the_names_served(st
 
 
 @pytest.mark.real_models
-def test_a_stalled_server_fails_its_run_after_the_timeout_while_a_local_run_goes_on(stand_in, smollm, monkeypatch):
+@pytest.mark.parametrize("served", ["drafter", "verifier"])
+def test_a_stalled_server_fails_its_run_after_the_timeout_while_a_local_run_goes_on(
+    served, stand_in, smollm, monkeypatch
+):
+    """As the verifier, every request of its round (one per scored position) waits on the stalled server."""
     handler, url = stand_in
     handler.stall = 30
     monkeypatch.setenv("SAFE_OPENAI_TIMEOUT_S", "1")
+    monkeypatch.setenv("SAFE_OPENAI_VERIFY", PER_POSITION)
     remote = load_model(f"openai:{url}#smollm2")
     assert remote.describe()["placement"] == remote.describe()["runtime"] == "openai"
     assert len(remote.tokenizer) == len(smollm.tokenizer)
@@ -122,8 +158,9 @@ def test_a_stalled_server_fails_its_run_after_the_timeout_while_a_local_run_goes
     thread = threading.Thread(target=local)
     thread.start()
     began = time.monotonic()
+    models, strategy = ([remote], "single") if served == "drafter" else ([smollm, remote], "safe")
     with pytest.raises(RemoteError, match="did not answer within 1 s"):
-        list(decode([remote], "Name a colour.", DecodeConfig(strategy="single", max_new_tokens=8)))
+        list(decode(models, "Name a colour.", DecodeConfig(strategy=strategy, max_new_tokens=8, damage_kl_steps=0)))
     assert time.monotonic() - began < 10
     thread.join()
     assert outcome["local"] == "run_finished"

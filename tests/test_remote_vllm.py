@@ -5,6 +5,9 @@ test that kills the server runs last. The full 20-prompt comparison is benchmark
 """
 
 import json
+import re
+import shlex
+import statistics
 import subprocess
 import sys
 import threading
@@ -13,19 +16,23 @@ from dataclasses import astuple, replace
 from pathlib import Path
 
 import pytest
+import torch
 from ci import skip_or_fail
 from servers import free_port
 
-from safe_engine.contract.events import TextCommitted
+from safe_engine.contract.events import RunFinished, TextCommitted
 from safe_engine.models.loading import load_model
 from safe_engine.orchestration.comparison import summarize
 from safe_engine.remote.http_client import RemoteError
+from safe_engine.remote.request_shapes import PER_POSITION, PROMPT_LOGPROBS
 from safe_engine.strategies.decoding import DecodeConfig, decode
 from scripts.vllm_serve import VLLM_PYTHON, serving
 
 pytestmark = [pytest.mark.vllm, pytest.mark.real_models]
 PROMPT = "The capital of Madagascar is"
 CONFIG = DecodeConfig(max_new_tokens=32, damage_kl_steps=0)
+ROOT = Path(__file__).resolve().parents[1]
+LONG_TEXT = ROOT / "docs" / "algorithm.md"  # any prose over 1024 tokens
 
 
 @pytest.fixture(scope="module")
@@ -58,11 +65,56 @@ def test_a_served_drafter_commits_the_tokens_of_the_in_process_run(strategy, rem
     assert committed([remote_gemma, smollm], config=config) == local and len(local) == 32
 
 
-def test_a_served_verifier_scores_as_the_in_process_one(remote_gemma, gemma, smollm):
-    """SmolLM2 drafts, the served Gemma verifies: its scores come from prompt_logprobs."""
+@pytest.mark.parametrize("shape", [PROMPT_LOGPROBS, PER_POSITION])
+def test_a_served_verifier_scores_as_the_in_process_one(shape, remote_gemma, gemma, smollm, monkeypatch):
+    """SmolLM2 drafts, the served Gemma verifies, its rows asked in one request shape or the other."""
+    monkeypatch.setenv("SAFE_OPENAI_VERIFY", shape)
     config = replace(CONFIG, strategy="safe")
     local = committed([smollm, gemma], config=config)
-    assert committed([smollm, remote_gemma], config=config) == local and len(local) == 32
+    events = list(decode([smollm, remote_gemma], PROMPT, config))
+    assert [i for e in events if isinstance(e, TextCommitted) for t in e.tokens for i in t.ids] == local
+    finished = next(e for e in events if isinstance(e, RunFinished))
+    served = finished.stats["forward"]["gemma"]
+    assert len(local) == 32 and set(served["shapes"]) == {shape}
+    assert served["requests"] > served["passes"] if shape == PER_POSITION else served["requests"] == served["passes"]
+
+
+def verify_round(lm, ids: list[int], starts: list[int]) -> tuple[torch.Tensor, float]:
+    """A verifier's call in a session of its own: its rows and its seconds."""
+    with lm.open_session() as session:
+        began = time.perf_counter()
+        rows = session.next_token_logits(ids, starts)
+        return rows, time.perf_counter() - began
+
+
+def test_a_verify_round_after_1024_tokens_costs_at_most_1_5x_one_after_32_with_the_same_scores(
+    remote_gemma, monkeypatch
+):
+    """Gemma scores a 5-token draft after 32 and after 1024 tokens of context, four rounds each, the context
+    growing by 5 tokens a round as in a run (the first round leaves its prefix in the server's cache, as a
+    run's earlier rounds do; the other three are timed, median). The 1024-token round costs at most 1.5x the
+    cheaper shape's 32-token round, and gives the rows that prompt_logprobs gives (one round of it at 1024:
+    about 12 s of prefill)."""
+    text = remote_gemma.tokenizer(LONG_TEXT.read_text(encoding="utf-8"), add_special_tokens=False)["input_ids"]
+    seconds, rows = {}, {}
+    for shape, context, rounds in [
+        (PROMPT_LOGPROBS, 32, 4),
+        (PER_POSITION, 32, 4),
+        (PROMPT_LOGPROBS, 1024, 1),
+        (PER_POSITION, 1024, 4),
+    ]:
+        monkeypatch.setenv("SAFE_OPENAI_VERIFY", shape)
+        times = []
+        for r in range(rounds):
+            start = context + 5 * r
+            rows[shape, context, r], took = verify_round(remote_gemma, text[: start + 5], list(range(start, start + 5)))
+            times.append(took)
+        seconds[shape, context] = statistics.median(times[1:] or times)
+    for (shape, context, r), row in rows.items():
+        if shape == PER_POSITION and (PROMPT_LOGPROBS, context, r) in rows:
+            torch.testing.assert_close(row, rows[PROMPT_LOGPROBS, context, r], atol=1e-4, rtol=0)
+    short = min(seconds[PROMPT_LOGPROBS, 32], seconds[PER_POSITION, 32])
+    assert seconds[PER_POSITION, 1024] <= 1.5 * short, seconds
 
 
 def test_the_cli_runs_a_served_model_beside_a_local_one(server, gemma, smollm):
@@ -105,6 +157,32 @@ def test_the_app_runs_a_served_pair_like_a_local_one(server, remote_gemma, smoll
     assert started["models"][0]["placement"] == "openai"
     expected = summarize(list(decode([remote_gemma, smollm], PROMPT, replace(CONFIG, max_new_tokens=16))))
     assert [e for e in events if e["kind"] == "run_finished"][-1]["text"] == expected["text"]
+
+
+def recipe_command(url: str, out: Path) -> list[str]:
+    """docs/served_recipe.md's rehearsal bench command, with this module's server for Gemma, SmolLM2 in process
+    (one server per module), one row per task, 24 tokens and `out` as the folder."""
+    page = (ROOT / "docs" / "served_recipe.md").read_text(encoding="utf-8")
+    block = re.search(r"## Rehearse on a CPU.*?```bash\n(.*?)```", page, re.S).group(1)
+    line = next(line for line in block.replace("\\\n", " ").splitlines() if line.startswith("safe-ensemble bench"))
+    served = {"openai:http://127.0.0.1:8011/v1#gemma": f"openai:{url}#gemma"}
+    served["openai:http://127.0.0.1:8012/v1#smollm2"] = "embedded:smollm2-135m-instruct"
+    argv = [served.get(arg, arg) for arg in shlex.split(line)[1:]]
+    for option, value in {"--limit": "1", "--max-new-tokens": "24", "--out": str(out)}.items():
+        argv[argv.index(option) + 1] = value
+    return [sys.executable, "-m", "safe_engine", *argv]
+
+
+def test_the_recipes_bench_command_prints_the_papers_table(server, tmp_path):
+    command = recipe_command(server.url, tmp_path / "paper")
+    assert "--style" in command and "cot" in command and f"openai:{server.url}#gemma" in command
+    out = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    header, *rows = out.stdout.strip().splitlines()
+    assert header.split()[:6] == ["task", "strategy", "examples", "accuracy", "mean_e_t", "median_wall_ratio"]
+    strategies = {row.split()[1] for row in rows}
+    assert {"single:gemma", "single:smollm2-135m-instruct", "per-token", "safe"} <= strategies, out.stdout
+    assert {row.split()[0] for row in rows} == {"gsm8k_sample", "math500_sample", "all"}, out.stdout
 
 
 def test_a_server_killed_mid_run_fails_that_run_and_a_local_run_goes_on(server, remote_gemma, smollm, monkeypatch):

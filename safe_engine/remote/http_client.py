@@ -49,7 +49,7 @@ class HttpSettings:
 class JsonClient:
     """Calls to one base URL from many threads at once (urllib3's pool is thread-safe), `maxsize` connections."""
 
-    def __init__(self, base_url: str, api_key: str | None, settings: HttpSettings, maxsize: int = 16):
+    def __init__(self, base_url: str, api_key: str | None, settings: HttpSettings, maxsize: int = 64):
         self.base_url, self.settings = base_url, settings
         self._headers = {"Content-Type": "application/json"}
         if api_key:
