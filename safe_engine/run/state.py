@@ -1,10 +1,11 @@
-"""One decoding run's state (`Run`) and the steps every strategy is written in.
+"""One decoding run (`Run`): the parts a run is made of, and the steps every strategy is written in.
 
-The models take roles (the drafter first, then the verifiers, each with its weight), the drafter's
-response grows by commits, and `Run` offers `draft`, `view` (a model's next-token logits for the
-ensemble), `ensemble_at` (the ensemble and the drafter's spelling of its choice) and `commit` (forcing,
-stop sequences, counting, the event). The strategies live in `safe.py`, `per_token.py` and `decoding.py`;
-stop sequences, what-if forcing, the speller and the damage measures are parts of their own.
+`Run` coordinates; each part does one job: the request's checks (`checks.py`), the models' roles
+(`roles.py`), the response (`response.py`), drafting (`drafting.py`), the verifiers' tokenizations
+(`tokenizations.py`), what-if forcing (`forcing.py`), stop sequences (`stop_sequences.py`), the event
+values (`event_values.py`), counters (`stats.py`) and the damage measures (`damage.py`). A strategy
+(`safe.py`, `per_token.py`, `decoding.py`) is written in `draft`, `view` (a model's next-token logits for
+the ensemble), `ensemble_at` (the ensemble and the drafter's spelling of its choice) and `commit`.
 """
 
 from __future__ import annotations
@@ -12,136 +13,38 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 
 import torch
 
-from ..contract.config import TOP_K_SHOWN, DecodeConfig
-from ..contract.errors import ConfigError
+from ..contract.config import DecodeConfig
 from ..contract.events import (
-    Candidate,
     CommittedToken,
     DamageMeasured,
-    DraftToken,
     EnsemblePoint,
     RunFinished,
     RunStarted,
     TextCommitted,
     TokensDrafted,
-    UnionRow,
 )
 from ..contract.reasons import Decision, StopReason
-from ..decisions.ensemble import Key, ModelView, ensemble
+from ..decisions.ensemble import ModelView, ensemble
 from ..decisions.sampling import Sampler, fresh_seed
 from ..decisions.spelling import choose
 from ..models.loading import LoadedModel
-from ..tokenization.alignment import CharIndex, Tokenization, complete_utf8_prefix, display_piece, tokenize
+from ..tokenization.alignment import CharIndex
+from .checks import check_context, check_request
 from .damage import DamageMeter
+from .drafting import Draft, draft_after
+from .event_values import committed_token, drafted_tokens, key_text, union_table
 from .forcing import Forcing
-from .participant import Participant, unique_names
+from .participant import Participant
 from .piece import Piece
+from .response import Response, text_and_index
+from .roles import cast
 from .stats import RunStats
 from .stop_sequences import StopSequences
-
-
-class Response:
-    """The drafter's response so far: ids, their exact bytes, and the text already announced."""
-
-    def __init__(self, drafter: LoadedModel):
-        self.vocab = drafter.vocab
-        self.ids: list[int] = []
-        self.raw = b""
-        self._announced = 0  # characters already sent in TextCommitted deltas
-
-    def extended(self, ids: Sequence[int]) -> bytes:
-        return self.raw + self.vocab.join(ids)
-
-    def commit(self, ids: Sequence[int]) -> tuple[int, int]:
-        start = len(self.raw)
-        self.ids.extend(ids)
-        self.raw += self.vocab.join(ids)
-        return start, len(self.raw)
-
-    @property
-    def text(self) -> str:
-        return text_and_index(self.raw)[0]
-
-    def take_delta(self) -> str:
-        text = self.text
-        delta, self._announced = text[self._announced :], len(text)
-        return delta
-
-
-@dataclass
-class Draft:
-    """Tokens the drafter drew, each with its (temperature-scaled) logits, their softmax, and the
-    probability the token was drawn with (its nucleus probability when sampling)."""
-
-    ids: list[int] = field(default_factory=list)
-    logits: list[torch.Tensor] = field(default_factory=list)
-    probs: list[torch.Tensor] = field(default_factory=list)
-    drawn_p: list[float] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-
-def key_text(key: Key) -> str:
-    return display_piece(key) if isinstance(key, bytes) else key
-
-
-def raw_hex(key: Key) -> str | None:
-    """The bytes of a union key in hex where its display shows them as <0xNN> (a piece of a character)."""
-    if not isinstance(key, bytes):
-        return None
-    try:
-        key.decode("utf-8")
-    except UnicodeDecodeError:
-        return key.hex()
-    return None
-
-
-def complete(raw: bytes) -> bytes:
-    """`raw` without a character still being spelled at its end."""
-    return raw[: complete_utf8_prefix(raw)]
-
-
-def text_and_index(raw: bytes) -> tuple[str, CharIndex]:
-    """Display text (a character still being spelled at the end is held back) and its offset index."""
-    index = CharIndex.of_bytes(complete(raw))
-    return index.text, index
-
-
-def top_candidates(probs: torch.Tensor, lm: LoadedModel, k: int = TOP_K_SHOWN) -> list[Candidate]:
-    """A distribution's k most likely tokens, as the events show them."""
-    top = torch.topk(probs, k)
-    keys = [lm.key_of(i) for i in top.indices.tolist()]
-    return [Candidate(key_text(key), p, raw_hex(key)) for key, p in zip(keys, top.values.tolist())]
-
-
-def draft_after(
-    drafter: Participant, base: Sequence[int], count: int, gate: float, sampler: Sampler, stop: threading.Event
-) -> Draft:
-    """`Run.draft` from response ids `base`; `stop` ends it before the next token. SAFE's overlap drafts the
-    next round through it too (`overlap.py`)."""
-    draft = Draft()
-    eos = drafter.lm.eos_ids
-    for _ in range(count):
-        if stop.is_set():
-            break
-        position = len(base) + len(draft)
-        row = sampler.scaled(drafter.logits(list(base) + draft.ids, [position])[0])
-        probs = torch.softmax(row.float(), dim=-1)
-        token, drawn_p = sampler.pick(probs)
-        draft.ids.append(token)
-        draft.logits.append(row)
-        draft.probs.append(probs)
-        draft.drawn_p.append(drawn_p)
-        if token in eos:
-            break
-        if probs[token].item() < gate:
-            break
-    return draft
+from .tokenizations import VerifierTokenizations
 
 
 class Run:
@@ -150,33 +53,11 @@ class Run:
     def __init__(
         self, models: Sequence[LoadedModel], prompt: str, config: DecodeConfig, cancel: threading.Event | None
     ):
-        config.validate(len(models))
-        if not prompt or not prompt.strip():
-            raise ConfigError("the prompt is empty")
+        check_request(len(models), prompt, config)
         self.config = config
         self.cancel = cancel or threading.Event()
-        names = unique_names([m.name for m in models])
-        weights = config.ensemble.weights or (1.0,) * len(models)  # weights belong to models, not to roles
-        order = [config.drafter] + [i for i in range(len(models)) if i != config.drafter]
-        if config.strategy == "single":
-            order = order[:1]
-        self.parts = [
-            Participant(
-                names[i],
-                models[i],
-                models[i].open_session(),
-                models[i].encode_prompt(prompt),
-                weights[i] / sum(weights),
-            )
-            for i in order
-        ]
-        for part in self.parts:
-            limit = getattr(part.lm.model.config, "max_position_embeddings", None)
-            if limit and len(part.prompt_ids) + config.max_new_tokens + config.lookahead > limit:
-                raise ConfigError(
-                    f"the prompt is {len(part.prompt_ids)} tokens for {part.name}; with {config.max_new_tokens} new "
-                    f"tokens it exceeds the model's context of {limit}"
-                )
+        self.parts = cast(models, prompt, config)
+        check_context(self.parts, config)
         self.prompt = prompt
         self.drafter = self.parts[0]
         self.verifiers = self.parts[1:]
@@ -187,13 +68,13 @@ class Run:
         self.response = Response(self.drafter.lm)
         self.stats = RunStats(config.strategy)
         self.stats.oov_skips = {v.name: 0 for v in self.verifiers}
+        self.tokenizations = VerifierTokenizations(self.verifiers, self.stats)
         self.damage = DamageMeter(
             self.drafter.name, [v.name for v in self.verifiers], config.damage_kl_steps, self.stats
         )
         self.committed_texts: list[str] = []  # every committed token's text (degeneration measures)
         self._last_commit: TextCommitted | None = None
         self._measured = 0  # committed tokens when damage was last measured
-        self._tokenized: tuple[bytes, list[Tokenization]] | None = None
         self.started = time.perf_counter()
         self.stop_reason = StopReason.MAX_NEW_TOKENS
 
@@ -269,37 +150,15 @@ class Run:
 
     def draft_event(self, draft: Draft, index: CharIndex | None = None) -> TokensDrafted:
         """`index`: character offsets of the response extended by the draft, if the caller has them."""
-        lm = self.drafter.lm
         index = index or text_and_index(self.response.extended(draft.ids))[1]
-        spans = lm.vocab.spans(draft.ids, len(self.response.raw))
-        tokens = [
-            DraftToken(
-                token_id,
-                key_text(lm.key_of(token_id)),
-                index.char_of_byte(s),
-                index.char_of_byte(e),
-                row[token_id].item(),
-                top_candidates(row, lm),
-            )
-            for token_id, row, (s, e) in zip(draft.ids, draft.probs, spans)
-        ]
+        tokens = drafted_tokens(self.drafter.lm, draft, len(self.response.raw), index)
         return TokensDrafted(self.round, self.drafter.name, tokens)
 
-    # ---------------------------------------------------------------- what each model predicts
+    # ---------------------------------------------------------------- ensembling
     def view(self, part: Participant, logits: torch.Tensor) -> ModelView:
         """A model's next-token logits as the ensemble reads them (temperature-scaled), with its weight."""
         return ModelView(part.lm, self.sampler.scaled(logits), part.weight)
 
-    def verifier_tokenizations(self, raw: bytes) -> list[Tokenization]:
-        """Each verifier's canonical tokenization of `raw` (a character still being spelled at its end is
-        held back); the last one is kept, so per-token's damage check also serves its next step."""
-        raw = complete(raw)
-        if self._tokenized is None or self._tokenized[0] != raw:
-            with self.stats.timed("retokenize"):
-                self._tokenized = (raw, [tokenize(v.lm.vocab, raw) for v in self.verifiers])
-        return self._tokenized[1]
-
-    # ---------------------------------------------------------------- ensembling
     def ensemble_at(
         self, position: int, views: list[ModelView], drafter_token: int, drafted: str | None, spelling: str = "full"
     ) -> tuple[list[int], EnsemblePoint]:
@@ -313,17 +172,6 @@ class Run:
         self.stats.ensembled += 1
         self.stats.replaced += changed
         self.stats.sharpened += result.after is not None
-        table = [
-            UnionRow(
-                text=key_text(key),
-                per_model={p.name: result.per_model[m, i].item() for m, p in enumerate(self.parts)},
-                before=result.before[i].item(),
-                after=None if result.after is None else result.after[i].item(),
-                raw_hex=raw_hex(key),
-            )
-            for i, key in enumerate(result.keys)
-        ]
-        table.sort(key=lambda row: -(row.after if row.after is not None else row.before))
         point = EnsemblePoint(
             round=self.round,
             position=position,
@@ -332,7 +180,7 @@ class Run:
             changed=changed,
             method=self.config.ensemble.method,
             sharpening=self.config.ensemble.sharpen if result.after is not None else None,
-            table=table,
+            table=union_table(result, [p.name for p in self.parts]),
             sampled=not self.sampler.greedy,
         )
         return ids, point
@@ -371,22 +219,8 @@ class Run:
         """The committed piece as the event shows it; its text joins the degeneration measures, and an end
         token among its ids ends the run."""
         lm = self.drafter.lm
-        key = lm.key_of(piece.ids[0]) if len(piece.ids) == 1 else lm.vocab.join(piece.ids)
-        text = key_text(key)
-        self.committed_texts.append(text)
+        token = committed_token(lm, piece, start, end)
+        self.committed_texts.append(token.text)
         if any(i in lm.eos_ids for i in piece.ids):
             self.stop_reason = StopReason.EOS
-        reason = piece.reason
-        return CommittedToken(
-            text=text,
-            start=start,
-            end=end,
-            ids=list(piece.ids),
-            decision=piece.decision,
-            drafted=piece.drafted,
-            reason=None if reason is None else reason.text(piece.oov_like_for),
-            sharpened=piece.sharpened,
-            oov_like_for=list(piece.oov_like_for),
-            reason_code=reason,
-            raw_hex=raw_hex(key),
-        )
+        return token
