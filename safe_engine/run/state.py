@@ -2,10 +2,10 @@
 
 `Run` coordinates; each part does one job: the request's checks (`checks.py`), the models' roles
 (`roles.py`), the response (`response.py`), drafting (`drafting.py`), the verifiers' tokenizations
-(`tokenizations.py`), what-if forcing (`forcing.py`), stop sequences (`stop_sequences.py`), the event
-values (`event_values.py`), counters (`stats.py`) and the damage measures (`damage.py`). A strategy
-(`safe.py`, `per_token.py`, `decoding.py`) is written in `draft`, `view` (a model's next-token logits for
-the ensemble), `ensemble_at` (the ensemble and the drafter's spelling of its choice) and `commit`.
+(`tokenizations.py`), appending commits (`committing.py`: forcing, stop sequences, where the response
+ends), the event values (`event_values.py`), counters (`stats.py`) and the damage measures (`damage.py`).
+A strategy (`safe.py`, `per_token.py`, `decoding.py`) is written in `draft`, `view` (a model's next-token
+logits for the ensemble), `ensemble_at` (the ensemble and the drafter's spelling of its choice) and `commit`.
 """
 
 from __future__ import annotations
@@ -18,15 +18,7 @@ from dataclasses import asdict
 import torch
 
 from ..contract.config import DecodeConfig
-from ..contract.events import (
-    CommittedToken,
-    DamageMeasured,
-    EnsemblePoint,
-    RunFinished,
-    RunStarted,
-    TextCommitted,
-    TokensDrafted,
-)
+from ..contract.events import DamageMeasured, EnsemblePoint, RunFinished, RunStarted, TextCommitted, TokensDrafted
 from ..contract.reasons import Decision, StopReason
 from ..decisions.ensemble import ModelView, ensemble
 from ..decisions.sampling import Sampler, fresh_seed
@@ -34,6 +26,7 @@ from ..decisions.spelling import choose
 from ..models.loading import LoadedModel
 from ..tokenization.alignment import CharIndex
 from .checks import check_context, check_request
+from .committing import Committer
 from .damage import DamageMeter
 from .drafting import Draft, draft_after
 from .event_values import committed_token, drafted_tokens, key_text, union_table
@@ -63,9 +56,9 @@ class Run:
         self.verifiers = self.parts[1:]
         self.seed = fresh_seed() if config.seed is None else config.seed
         self.sampler = Sampler(config.temperature, config.top_p, self.seed)
-        self.forcing = Forcing(config.force, self.drafter.lm.vocab, self.drafter.name)
-        self.stops = StopSequences(config.stop)
+        forcing = Forcing(config.force, self.drafter.lm.vocab, self.drafter.name)
         self.response = Response(self.drafter.lm)
+        self.committer = Committer(self.response, forcing, StopSequences(config.stop), self.drafter.lm.eos_ids)
         self.stats = RunStats(config.strategy)
         self.stats.oov_skips = {v.name: 0 for v in self.verifiers}
         self.tokenizations = VerifierTokenizations(self.verifiers, self.stats)
@@ -120,7 +113,7 @@ class Run:
     def finished_event(self) -> RunFinished:
         self.stats.wall_s = time.perf_counter() - self.started - self.stats.time_split["damage"]  # decoding only
         self.stats.forward = {p.name: asdict(p.session.stats) for p in self.parts}
-        end = self.stops.end
+        end = self.committer.stops.end
         text = self.response.text if end is None else text_and_index(self.response.raw[:end])[0]
         self.stats.damage = self.damage.summary(text, self.committed_texts)
         return RunFinished(text, self.stop_reason, self.stats.to_dict())
@@ -189,38 +182,24 @@ class Run:
     def diverted(self, pieces: Sequence[Piece]) -> bool:
         """A forced text replaces the last of this commit's pieces so far: the rest of its draft is stale,
         so the strategy hands over what it has."""
-        return self.forcing.diverts(self.stats.tokens + len(pieces) - 1, pieces[-1])
+        return self.committer.diverted(self.stats.tokens, pieces)
 
     def commit(self, pieces: Sequence[Piece]) -> TextCommitted:
-        """Append the pieces to the response, forced texts in place of the strategy's (`DecodeConfig.force`);
-        count them and announce them. A piece a forced text replaced, or one that completes a stop sequence,
-        is the last one committed."""
-        committed: list[tuple[Piece, tuple[int, int]]] = []
-        for piece in pieces:
-            index = self.stats.tokens + len(committed)
-            diverted = self.forcing.diverts(index, piece)
-            piece = self.forcing.apply(index, piece)
-            committed.append((piece, self.response.commit(piece.ids)))
-            if self.stops.found(self.response.raw, committed[-1][1][0]):
-                self.stop_reason = StopReason.STOP_SEQUENCE
-                break
-            if diverted:
-                break
+        """Append the pieces to the response (`Committer.append`), count them and announce them; an end token
+        or a stop sequence among them ends the run."""
+        appended = self.committer.append(self.stats.tokens, pieces)
+        if appended.end is not None:
+            self.stop_reason = appended.end
         _, index = text_and_index(self.response.raw)
-        tokens = [self._token(piece, index.char_of_byte(s), index.char_of_byte(e)) for piece, (s, e) in committed]
-        self.stats.count([piece for piece, _ in committed])
+        lm = self.drafter.lm
+        tokens = [
+            committed_token(lm, piece, index.char_of_byte(s), index.char_of_byte(e))
+            for piece, (s, e) in zip(appended.pieces, appended.spans)
+        ]
+        self.committed_texts += [token.text for token in tokens]
+        self.stats.count(appended.pieces)
         self.drafter.forget_before(len(self.response.ids))
         self._last_commit = TextCommitted(
             self.round, self.response.take_delta(), tokens, time.perf_counter() - self.started
         )
         return self._last_commit
-
-    def _token(self, piece: Piece, start: int, end: int) -> CommittedToken:
-        """The committed piece as the event shows it; its text joins the degeneration measures, and an end
-        token among its ids ends the run."""
-        lm = self.drafter.lm
-        token = committed_token(lm, piece, start, end)
-        self.committed_texts.append(token.text)
-        if any(i in lm.eos_ids for i in piece.ids):
-            self.stop_reason = StopReason.EOS
-        return token
