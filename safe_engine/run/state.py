@@ -19,7 +19,7 @@ import torch
 
 from ..contract.config import DecodeConfig
 from ..contract.events import DamageMeasured, EnsemblePoint, RunFinished, RunStarted, TextCommitted, TokensDrafted
-from ..contract.reasons import Decision, StopReason
+from ..contract.reasons import StopReason
 from ..decisions.ensemble import ModelView, ensemble
 from ..decisions.sampling import Sampler, fresh_seed
 from ..decisions.spelling import choose
@@ -67,7 +67,6 @@ class Run:
         )
         self.committed_texts: list[str] = []  # every committed token's text (degeneration measures)
         self._last_commit: TextCommitted | None = None
-        self._measured = 0  # committed tokens when damage was last measured
         self.started = time.perf_counter()
         self.stop_reason = StopReason.MAX_NEW_TOKENS
 
@@ -120,17 +119,7 @@ class Run:
 
     def damage_event(self) -> DamageMeasured | None:
         """The damage measures after the latest commit (None when nothing was committed since the last)."""
-        if self._last_commit is None or self.stats.tokens == self._measured:
-            return None
-        self._measured = self.stats.tokens
-        oov_like = {
-            name for t in self._last_commit.tokens if t.decision != Decision.SKIPPED_OOV for name in t.oov_like_for
-        }
-        self.damage.count_oov_like(oov_like)
-        models = self.damage.measure(self.drafter, self.response.ids, self.response.raw, predicts_next=not self.ended)
-        return DamageMeasured(
-            self.round, self.stats.tokens, {name: m | {"oov_like": name in oov_like} for name, m in models.items()}
-        )
+        return self.damage.event(self._last_commit, self.drafter, self.response, predicts_next=not self.ended)
 
     # ---------------------------------------------------------------- drafting
     def draft(self, count: int, gate: float = 0.0) -> Draft:
