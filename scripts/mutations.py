@@ -106,7 +106,7 @@ MUTATIONS = [
     Mutation(
         "weights-by-role",
         "weights belong to models, not roles",
-        "safe_engine/run/state.py",
+        "safe_engine/run/roles.py",
         "weights[i] / sum(weights)",
         "weights[order.index(i)] / sum(weights)",
     ),
@@ -127,14 +127,14 @@ MUTATIONS = [
     Mutation(
         "draft-past-eos",
         "EOS ends a draft",
-        "safe_engine/run/state.py",
+        "safe_engine/run/drafting.py",
         "if token in eos:",
         "if False:",
     ),
     Mutation(
         "gate-ignored",
         "a gated round ends after a low-probability token",
-        "safe_engine/run/state.py",
+        "safe_engine/run/drafting.py",
         "if probs[token].item() < gate:",
         "if False:",
     ),

@@ -22,9 +22,12 @@ from itertools import groupby
 
 import torch
 
+from ..contract.events import DamageMeasured, TextCommitted
+from ..contract.reasons import Decision
 from ..contract.sessions import Session
 from ..tokenization.alignment import complete_utf8_prefix, tokenize
 from .participant import Participant
+from .response import Response
 from .stats import RunStats
 
 _UNITS = re.compile(r"\w+|[^\w\s]|\n")
@@ -104,6 +107,23 @@ class DamageMeter:
         self.kl_left = kl_steps
         self.stats = stats
         self._canonical: Session | None = None  # the drafter fed its canonical tokenization, for KL
+        self._measured = 0  # committed tokens when damage was last measured
+
+    def event(
+        self, commit: TextCommitted | None, drafter: Participant, response: Response, predicts_next: bool
+    ) -> DamageMeasured | None:
+        """The measures after `commit`, the run's latest (None when nothing was committed since the last
+        measure). OOV-like: the models its tokens name, but for a position skipped because of them."""
+        if commit is None or self.stats.tokens == self._measured:
+            return None
+        self._measured = self.stats.tokens
+        oov_like = {name for t in commit.tokens if t.decision != Decision.SKIPPED_OOV for name in t.oov_like_for}
+        for name in oov_like:
+            self.models[name].oov_like_predictions += 1
+        models = self.measure(drafter, response.ids, response.raw, predicts_next)
+        return DamageMeasured(
+            commit.round, self.stats.tokens, {name: m | {"oov_like": name in oov_like} for name, m in models.items()}
+        )
 
     def measure(
         self, drafter: Participant, response_ids: Sequence[int], raw: bytes, predicts_next: bool
@@ -142,10 +162,6 @@ class DamageMeter:
             self._canonical.forget_before(len(ids))
         actual = drafter.logits(response_ids, [len(response_ids)])[0]  # memoised: the next draft reuses it
         return kl_divergence(reference, actual)
-
-    def count_oov_like(self, names: Sequence[str]) -> None:
-        for name in names:
-            self.models[name].oov_like_predictions += 1
 
     def summary(self, text: str, tokens: Sequence[str]) -> dict:
         return {

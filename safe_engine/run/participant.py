@@ -28,13 +28,3 @@ class Participant:
 
     def forget_before(self, response_index: int) -> None:
         self.session.forget_before(len(self.prompt_ids) + response_index)
-
-
-def unique_names(names: Sequence[str]) -> list[str]:
-    """Model names made unique within a run ("a", "a#2", …): the same model may take part twice."""
-    seen: dict[str, int] = {}
-    out = []
-    for name in names:
-        seen[name] = seen.get(name, 0) + 1
-        out.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
-    return out

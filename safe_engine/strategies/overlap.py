@@ -25,7 +25,8 @@ from contextlib import contextmanager
 from typing import TypeVar
 
 from ..decisions.sampling import Sampler
-from ..run.state import Draft, Run, draft_after
+from ..run.drafting import Draft, draft_after
+from ..run.state import Run
 from ..runtime.scheduler import ActiveRun
 
 T = TypeVar("T")

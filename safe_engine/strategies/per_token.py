@@ -29,7 +29,7 @@ def per_token_step(run: Run) -> Iterator[Event]:
     if complete_utf8_prefix(raw) < len(raw):
         yield from _finish_character(run)
         return
-    tokenizations = run.verifier_tokenizations(raw)
+    tokenizations = run.tokenizations.of(raw)
     with run.stats.timed("verify"):
         views = [run.view(run.drafter, run.drafter.logits(run.response.ids, [len(run.response.ids)])[0])]
         for v, tok in zip(run.verifiers, tokenizations):
@@ -48,7 +48,7 @@ def per_token_step(run: Run) -> Iterator[Event]:
         piece = Piece(ids, Decision.ENSEMBLED, reason, sharpened=point.sharpening is not None)
     event = run.commit([piece])
     # Damage marker: is the place this step committed at a token boundary for each other model, in the new text?
-    flagged = zip(run.verifiers, run.verifier_tokenizations(run.response.raw))
+    flagged = zip(run.verifiers, run.tokenizations.of(run.response.raw))
     event.tokens[0].oov_like_for = [v.name for v, tok in flagged if len(raw) not in tok.boundaries]
     yield event
 

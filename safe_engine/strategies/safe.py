@@ -22,9 +22,12 @@ import torch
 from ..contract.events import EnsemblePoint, Event, PositionVerified, VerifierView
 from ..contract.reasons import Decision, Reason
 from ..decisions import rules
+from ..run.drafting import Draft
+from ..run.event_values import key_text
 from ..run.participant import Participant
 from ..run.piece import Piece
-from ..run.state import Draft, Run, key_text, text_and_index
+from ..run.response import text_and_index
+from ..run.state import Run
 from ..tokenization.alignment import CharIndex, Tokenization
 from . import overlap
 
@@ -73,7 +76,7 @@ class Layout:
     def of(cls, run: Run, draft: Draft) -> Layout:
         raw = run.response.extended(draft.ids)
         _, index = text_and_index(raw)
-        tokenizations = run.verifier_tokenizations(raw)
+        tokenizations = run.tokenizations.of(raw)
         spans = run.drafter.lm.vocab.spans(draft.ids, len(run.response.raw))
         eos = run.drafter.lm.eos_ids
         unsafe = [
