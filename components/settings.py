@@ -59,6 +59,7 @@ class RunSettings:
     weights: str  # one per model, in the models' order, spaces or commas between; empty: equal weights
     damage_kl_steps: float | None
     overlap: str  # a TOGGLES key
+    consensus_threshold: float | None
 
     @staticmethod
     def defaults(specs: Sequence[str], strategy: str = "safe", max_new_tokens: int = 48) -> RunSettings:

@@ -273,6 +273,17 @@ DECODING_OPTIONS = (
         step=0.05,
     ),
     Option(
+        "consensus_threshold",
+        type=float,
+        default=DEFAULTS.consensus_threshold,
+        metavar="T",
+        help="SAFE (greedy): keep a draft where the weighted mean p of the models' own tokens is above T "
+        "(default %(default)s, the paper's; higher ensembles more)",
+        label="SAFE consensus threshold",
+        bounds=(0.01, 0.99),
+        step=0.01,
+    ),
+    Option(
         "damage_kl_steps",
         type=int,
         default=DEFAULTS.damage_kl_steps,
@@ -410,6 +421,7 @@ def decoding_config(args: argparse.Namespace, strategy: str | None = None) -> De
         damage_kl_steps=args.damage_kl_steps,
         stop=tuple(args.stop),
         draft_gate=args.draft_gate,
+        consensus_threshold=args.consensus_threshold,
         overlap=args.overlap,
     )
     config.validate(len(specs))
