@@ -329,7 +329,7 @@ def _bench(args) -> int:
 
 
 def _sweep(args) -> int:
-    from .bench.fronts import write_table  # pandas loads only for this command
+    from .pages.fronts import write_report as write_sweep_report  # pandas loads only for this command
 
     examples, labels, base = _bench_plan(args, "safe")
     points = grid_points(args.grid, args, args.max_points)
@@ -347,7 +347,7 @@ def _sweep(args) -> int:
         chat = [m.use_chat_template for m in models]
         plan = SweepPlan([m.name for m in models], [m.spec.spec for m in models], chat, *common)
         sweep = GridSweep(models, plan, _batch_size(args))
-    return _run_all(sweep, "sweep", write_table, "sweep.csv")
+    return _run_all(sweep, "sweep", write_sweep_report, "sweep.csv and report.html")
 
 
 def _tokdiff(args) -> int:

@@ -15,6 +15,7 @@ from safe_engine.bench.fronts import COLUMNS, TABLE, sweep_table
 from safe_engine.bench.grid import RUNS
 from safe_engine.contract.config import METHODS
 from safe_engine.options import GRID_AXES, UsageError, grid_points, options_from_mapping
+from safe_engine.pages.fronts import REPORT
 
 WORDS = [" the", " is", " answer", " of", " 5", " 12", "2", "3", "+", "?", " total", "####"]
 GSM8K = [
@@ -60,6 +61,7 @@ def whole(specs, tasks, tmp_path_factory):
 
 def test_a_sweep_writes_every_column_once_per_point_and_strategy(whole):
     table = pd.read_csv(whole / TABLE)
+    assert "Accuracy vs cost per token" in (whole / REPORT).read_text(encoding="utf-8")
     assert list(table.columns) == ["lookahead", "consensus_threshold", *COLUMNS]
     # The two singles and per-token read neither knob: one row each; SAFE: one per point, in grid order.
     assert [s.split(":")[0] for s in table["strategy"]] == ["single"] * 2 + ["per-token"] + ["safe"] * 4
