@@ -272,17 +272,41 @@ def _table(rows: list[dict], columns: Sequence[str], axes: Sequence[str]) -> str
     )
 
 
-def sweep_page(table: pd.DataFrame, manifest: dict) -> str:
-    """The report's HTML for a sweep's table and manifest."""
-    rows = table.astype(object).where(table.notna(), None).to_dict("records")
-    axes, singles = manifest["axes"], manifest["singles"]
-    accuracy_cost = [_mark(r, r["s_per_token"] * 1000, r["accuracy"], axes, singles) for r in rows]
-    accuracy_share = [_mark(r, r["e_t"], r["accuracy"], axes, singles) for r in rows]
-    single_refs = [
+def _rows(table: pd.DataFrame) -> list[dict]:
+    return table.astype(object).where(table.notna(), None).to_dict("records")
+
+
+def _single_references(rows: list[dict], singles: Sequence[str]) -> list[Reference]:
+    return [
         Reference(r["strategy"], r["accuracy"], _colour(r["strategy"], singles))
         for r in rows
         if r["strategy"] in singles
     ]
+
+
+def front_chart(table: pd.DataFrame, manifest: dict) -> str:
+    """Accuracy against cost per token, the Pareto front joined and the intervals as bars (the app draws it as
+    a sweep's points finish)."""
+    rows, axes, singles = _rows(table), manifest["axes"], manifest["singles"]
+    marks = [_mark(r, r["s_per_token"] * 1000, r["accuracy"], axes, singles) for r in rows]
+    references = _single_references(rows, singles)
+    return chart(
+        "Accuracy vs cost per token",
+        "ms per generated token",
+        "accuracy",
+        marks,
+        references,
+        None,
+        (0, 1),
+        True,
+        "front",
+    )
+
+
+def sweep_page(table: pd.DataFrame, manifest: dict) -> str:
+    """The report's HTML for a sweep's table and manifest."""
+    rows, axes, singles = _rows(table), manifest["axes"], manifest["singles"]
+    accuracy_share = [_mark(r, r["e_t"], r["accuracy"], axes, singles) for r in rows]
     strategies = list(dict.fromkeys(r["strategy"] for r in rows))
     key = "".join(f'<span><i style="background:{_colour(s, singles)}"></i>{esc(s)}</span>' for s in strategies)
     grid = "; ".join(f"{axis}: {', '.join(map(str, v))}" for axis, v in _grid_values(manifest).items())
@@ -299,22 +323,13 @@ def sweep_page(table: pd.DataFrame, manifest: dict) -> str:
         "a column to sort the table.</p>"
         f'<p class="key">{key}</p>'
         '<div class="charts">'
-        + chart(
-            "Accuracy vs cost per token",
-            "ms per generated token",
-            "accuracy",
-            accuracy_cost,
-            single_refs,
-            y_range=(0, 1),
-            front=True,
-            key="front",
-        )
+        + front_chart(table, manifest)
         + chart(
             "Accuracy vs share of tokens ensembled",
             "share of tokens ensembled (E/T)",
             "accuracy",
             accuracy_share,
-            single_refs,
+            _single_references(rows, singles),
             y_range=(0, 1),
             key="share",
         )
