@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -126,18 +127,21 @@ def _duration(seconds: float) -> str:
     return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
 
 
-def report_files(out_dir: Path) -> tuple[str | None, str | None]:
-    """Copies of the folder's report.html and summary.csv in a temp folder, which Gradio always serves."""
+def report_files(out_dir: Path, names: tuple[str, str] = (REPORT, SUMMARY)) -> tuple[str | None, str | None]:
+    """Copies of the folder's report and table (a bench's report.html and summary.csv by default) in a temp
+    folder, which Gradio always serves; None for one not there."""
     copies = Path(tempfile.mkdtemp(prefix="safe-bench-"))
     paths = []
-    for name in (REPORT, SUMMARY):
+    for name in names:
         source = out_dir / name
         paths.append(shutil.copy(source, copies / name) if source.is_file() else None)
     return paths[0], paths[1]
 
 
 class BenchmarkTab:
-    def __init__(self, runner: Runner, form: settings.Form):
+    def __init__(self, runner: Runner, form: settings.Form, *sections: Callable):
+        """`sections`: more of the tab, each called inside it with (runner, form, the bench form's inputs:
+        task sets, upload, strategies, limit, max new tokens, style), as the Sweep section is."""
         self.runner, self.form = runner, form
         names = builtin_tasks()
         with gr.Tab("Benchmark", id="bench"):
@@ -197,6 +201,8 @@ class BenchmarkTab:
                                     show_label=False,
                                     elem_id=f"bench-{name.replace('_', '-')}",
                                 )
+            for section in sections:
+                section(runner, form, [tasks, upload, strategies, limit, max_new, style])
         results = [self.status, self.tables, self.table, *self.plots.values(), self.html, self.csv]
         run.click(
             self.run,

@@ -68,6 +68,7 @@ class LiveTab:
                         gate = widget("gate")
                         safe_mode = widget("safe_mode")
                         draft_gate = widget("draft_gate", number=True, elem_id="draft-gate")
+                        consensus_threshold = widget("consensus_threshold", number=True)
                         per_token_commit = widget("per_token_commit")
                         temperature = widget("temperature", elem_id="temperature")
                         top_p = widget("top_p")
@@ -106,6 +107,7 @@ class LiveTab:
             weights=weights,
             damage_kl_steps=damage_kl_steps,
             overlap=overlap,
+            consensus_threshold=consensus_threshold,
         )
         self.models = models
         models.change(

@@ -10,12 +10,13 @@ their label, range and help from the row (`option_widgets.py`), and `decoding` h
 
 from __future__ import annotations
 
+import argparse
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
 from safe_engine.contract.errors import ConfigError
-from safe_engine.options import OPTIONS, Option, parse_options
+from safe_engine.options import OPTIONS, Option, options_from_mapping, parse_options
 from safe_engine.strategies.decoding import DecodeConfig
 
 MAX_PROMPT_CHARS = 4000
@@ -59,6 +60,7 @@ class RunSettings:
     weights: str  # one per model, in the models' order, spaces or commas between; empty: equal weights
     damage_kl_steps: float | None
     overlap: str  # a TOGGLES key
+    consensus_threshold: float | None
 
     @staticmethod
     def defaults(specs: Sequence[str], strategy: str = "safe", max_new_tokens: int = 48) -> RunSettings:
@@ -113,12 +115,20 @@ def build(prompt: str, settings: RunSettings) -> tuple[list[str], DecodeConfig]:
 def decoding(s: RunSettings) -> tuple[list[str], DecodeConfig]:
     """The form without a prompt (the Benchmark tab's prompts come from task files), checked by the option
     table's own reader."""
-    specs = parse_specs(s.models)
-    if not specs:
+    _, config = parse_options(_given(s))
+    return parse_specs(s.models), config
+
+
+def options(s: RunSettings) -> argparse.Namespace:
+    """The form's options as the option table reads them, unchecked (what a sweep's grid points start from)."""
+    return options_from_mapping(_given(s))
+
+
+def _given(s: RunSettings) -> dict[str, object]:
+    if not parse_specs(s.models):
         raise ConfigError("no models given: type at least one model spec")
     given = {name: _read(OPTIONS[name], getattr(s, name)) for name in FIELDS}
-    _, config = parse_options({name: value for name, value in given.items() if value is not None})
-    return specs, config
+    return {name: value for name, value in given.items() if value is not None}
 
 
 def _read(option: Option, value: object) -> object:

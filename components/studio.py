@@ -35,6 +35,7 @@ from .pool import ModelPool  # noqa: E402
 from .replay_tab import ReplayTab  # noqa: E402
 from .run_stream import Runner  # noqa: E402
 from .stops import Stops  # noqa: E402
+from .sweep_section import SweepSection  # noqa: E402
 from .tokenizers_tab import TokenizersTab  # noqa: E402
 
 INTRO = """# SAFE Ensemble Studio
@@ -69,7 +70,7 @@ def build_demo(
         with gr.Tabs() as tabs:
             live = LiveTab(runner, list(specs), examples)
             CompareTab(runner, live.form, examples)
-            BenchmarkTab(runner, live.form)
+            BenchmarkTab(runner, live.form, SweepSection)
             replay = ReplayTab([trace for folder in folders for trace in shipped_traces(folder)], folders)
             TokenizersTab(live.models, _json("tokenizer_examples.json"))
         replay.follow_links(demo, tabs)

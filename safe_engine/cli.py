@@ -1,4 +1,4 @@
-"""Command line: ``python -m safe_engine generate|compare|export|bench|tokdiff|lm-eval|serve ...`` (installed: the
+"""Command line: ``python -m safe_engine generate|compare|export|bench|sweep|tokdiff|lm-eval|serve ...`` (installed: the
 ``safe-ensemble`` command). Bad input: one line on stderr, exit 2."""
 
 from __future__ import annotations
@@ -16,16 +16,20 @@ from tqdm import tqdm
 
 from .analysis.tokdiff import corpus_scan, load_vocabs, pair_view, visible, word_agreement
 from .bench import DEFAULT_BATCH_SIZE, DEFAULT_STRATEGIES, STYLES, Bench, builtin_tasks, load_task, strategy_labels
+from .bench.grid import GridSweep, SweepPlan
 from .contract.errors import SafeEngineError
 from .contract.events import TextCommitted, write_jsonl
 from .data import TRACES_DIR
 from .models.cache import load_models
 from .models.specs import DEFAULT_MODELS, resolve_spec
 from .options import (
+    DEFAULT_MAX_POINTS,
+    GRID_AXES,
     OptionParser,
     UsageError,
     add_decoding_options,
     decoding_config,
+    grid_points,
     load_options,
     model_specs,
 )
@@ -75,43 +79,28 @@ def build_parser() -> argparse.ArgumentParser:
         "the trace holds several (per-token beside SAFE when it holds both)",
     )
     bench = sub.add_parser("bench", help="accuracy, E/T and speed of each strategy on task files")
-    bench.add_argument(
-        "--tasks",
-        nargs="+",
+    _bench_arguments(bench, "out/bench", "writes results.jsonl, summary.csv, report.html; rerunning resumes")
+    sweep = sub.add_parser("sweep", help="bench over a grid of decoding options: fronts of accuracy vs cost")
+    sweep.add_argument(
+        "--grid",
+        action="append",
         required=True,
-        metavar="FILE|NAME",
-        help=f"JSONL task files or shipped sets: {', '.join(builtin_tasks())}",
+        metavar="KEY=V1,V2,...",
+        help=f"an axis (repeatable; the grid is their product): a decoding option ({', '.join(GRID_AXES)}, "
+        "or method) and its values; a list value (weights) with | between items, e.g. weights=1|1,2|1",
     )
-    bench.add_argument(
-        "--strategies",
-        default=",".join(DEFAULT_STRATEGIES),
-        help="comma-separated: single (the drafter alone), singles, single:NAME, per-token, safe",
-    )
-    bench.add_argument(
-        "--style",
-        choices=STYLES,
-        default="direct",
-        help="direct: answer only, its first line is scored; cot: step-by-step reasoning",
-    )
-    bench.add_argument("--limit", type=int, metavar="N", help="only the first N examples of each task")
-    bench.add_argument(
-        "--out",
-        default="out/bench",
-        metavar="DIR",
-        help="writes results.jsonl, summary.csv, report.html; rerunning resumes",
-    )
-    bench.add_argument(
-        "--batch-size",
+    sweep.add_argument(
+        "--max-points",
         type=int,
+        default=DEFAULT_MAX_POINTS,
         metavar="N",
-        help=f"(example, strategy) runs at once, sharing forward passes (default {DEFAULT_BATCH_SIZE}; 1: one after "
-        "the other, as before; not with --ray). Wall times then include the other runs' work",
+        help="refuse a grid of more points (default %(default)s)",
     )
-    add_decoding_options(bench, with_strategy=False, one_prompt=False)
-    bench.add_argument("--ray", action="store_true", help="run the items on Ray replicas of the model set")
-    bench.add_argument("--replicas", type=int, default=1, metavar="N", help="with --ray: copies of the model set")
-    bench.add_argument("--replica-cpus", type=float, default=1.0, metavar="C", help="with --ray: CPUs per replica")
-    bench.add_argument("--replica-gpus", type=float, default=0.0, metavar="G", help="with --ray: GPUs per replica")
+    _bench_arguments(
+        sweep,
+        "out/sweep",
+        "writes sweep.json, runs/ (one bench folder per setting), sweep.csv and report.html; rerunning resumes",
+    )
     tok = sub.add_parser("tokdiff", help="where the models' tokenizers disagree on a text (no weights loaded)")
     source = tok.add_mutually_exclusive_group(required=True)
     source.add_argument("--text", help="the text to compare")
@@ -126,6 +115,42 @@ def build_parser() -> argparse.ArgumentParser:
     tok.add_argument("--json", action="store_true", help="print one JSON result on stdout")
     _integration_parsers(sub)
     return parser
+
+
+def _bench_arguments(parser: argparse.ArgumentParser, out: str, out_help: str) -> None:
+    """What `bench` and `sweep` share: the examples, the strategies, the output folder, batching and Ray."""
+    parser.add_argument(
+        "--tasks",
+        nargs="+",
+        required=True,
+        metavar="FILE|NAME",
+        help=f"JSONL task files or shipped sets: {', '.join(builtin_tasks())}",
+    )
+    parser.add_argument(
+        "--strategies",
+        default=",".join(DEFAULT_STRATEGIES),
+        help="comma-separated: single (the drafter alone), singles, single:NAME, per-token, safe",
+    )
+    parser.add_argument(
+        "--style",
+        choices=STYLES,
+        default="direct",
+        help="direct: answer only, its first line is scored; cot: step-by-step reasoning",
+    )
+    parser.add_argument("--limit", type=int, metavar="N", help="only the first N examples of each task")
+    parser.add_argument("--out", default=out, metavar="DIR", help=out_help)
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        metavar="N",
+        help=f"(example, strategy) runs at once, sharing forward passes (default {DEFAULT_BATCH_SIZE}; 1: one after "
+        "the other, as before; not with --ray). Wall times then include the other runs' work",
+    )
+    add_decoding_options(parser, with_strategy=False, one_prompt=False)
+    parser.add_argument("--ray", action="store_true", help="run the items on Ray replicas of the model set")
+    parser.add_argument("--replicas", type=int, default=1, metavar="N", help="with --ray: copies of the model set")
+    parser.add_argument("--replica-cpus", type=float, default=1.0, metavar="C", help="with --ray: CPUs per replica")
+    parser.add_argument("--replica-gpus", type=float, default=0.0, metavar="G", help="with --ray: GPUs per replica")
 
 
 def _progress(message: str) -> None:
@@ -247,41 +272,82 @@ def _export(args) -> int:
     return 0
 
 
-def _bench(args) -> int:
-    from .bench.report import write_report  # pandas and Plotly load only for this command
-
+def _bench_plan(args, strategy: str | None):
+    """(examples, strategy labels, config) of `bench`'s and `sweep`'s shared arguments, checked before any model
+    loads; `strategy`: the config's (None: safe when an ensemble is asked for, else single)."""
     if args.limit is not None and args.limit < 1:
         raise UsageError("--limit must be at least 1")
     if args.batch_size is not None and (args.batch_size < 1 or args.ray and args.batch_size > 1):
         raise UsageError("--batch-size must be at least 1 (and 1 with --ray, whose replicas run one job each)")
     requested = [name.strip() for name in args.strategies.split(",") if name.strip()]
-    config = decoding_config(args, "safe" if {"per-token", "safe"} & set(requested) else "single")
+    config = decoding_config(args, strategy or ("safe" if {"per-token", "safe"} & set(requested) else "single"))
     labels = strategy_labels(requested, [resolve_spec(spec).short_name for spec in args.models], config.drafter)
     tasks = [load_task(name, args.limit) for name in args.tasks]
     names = [task[0].task for task in tasks]
     if len(set(names)) < len(names):
         raise UsageError(f"two task files share a name: {', '.join(names)}")
-    examples = [e for task in tasks for e in task]
-    if args.ray:
-        from .distributed.ray_bench import RayBench  # needs Ray, an optional dependency
+    return [e for task in tasks for e in task], labels, config
 
-        ray = dict(replicas=args.replicas, cpus=args.replica_cpus, gpus=args.replica_gpus, address=args.ray_address)
-        bench = RayBench(model_specs(args), load_options(args), examples, config, labels, args.out, args.style, **ray)
-    else:
-        batch = DEFAULT_BATCH_SIZE if args.batch_size is None else args.batch_size
-        bench = Bench(_load(args), examples, config, labels, args.out, args.style, batch)
-    if bench.done:
-        _progress(f"resuming {args.out}: {bench.done} of {bench.total} runs already done")
+
+def _run_all(job, desc: str, write, written: str) -> int:
+    """Run a bench or a sweep to the end with a progress bar over its runs (those resumed included), then
+    `write` its folder's table and report, also when stopped, and print the table."""
+    if job.done:
+        _progress(f"resuming {job.out_dir}: {job.done} of {job.total} runs already done")
     try:
-        with tqdm(total=bench.total, initial=bench.done, unit="run", file=sys.stderr, desc="bench") as bar:
-            for record in bench.run():
+        with tqdm(total=job.total, initial=job.done, unit="run", file=sys.stderr, desc=desc) as bar:
+            for record in job.run():
                 bar.set_postfix_str(f"{record['task']}/{record['id']} {record['strategy']}", refresh=False)
                 bar.update()
     finally:
-        summary = write_report(args.out) if bench.done else None
-    print(summary.to_string(index=False, float_format="{:.3f}".format))
-    _progress(f"wrote results.jsonl, summary.csv and report.html in {args.out}")
+        table = write(job.out_dir) if job.done else None
+    print(table.to_string(index=False, float_format="{:.3f}".format))
+    _progress(f"wrote {written} in {job.out_dir}")
     return 0
+
+
+def _ray_resources(args) -> dict:
+    return dict(replicas=args.replicas, cpus=args.replica_cpus, gpus=args.replica_gpus, address=args.ray_address)
+
+
+def _batch_size(args) -> int:
+    return DEFAULT_BATCH_SIZE if args.batch_size is None else args.batch_size
+
+
+def _bench(args) -> int:
+    from .bench.report import write_report  # pandas and Plotly load only for this command
+
+    examples, labels, config = _bench_plan(args, None)
+    if args.ray:
+        from .distributed.ray_bench import RayBench  # needs Ray, an optional dependency
+
+        ray = _ray_resources(args)
+        bench = RayBench(model_specs(args), load_options(args), examples, config, labels, args.out, args.style, **ray)
+    else:
+        bench = Bench(_load(args), examples, config, labels, args.out, args.style, _batch_size(args))
+    return _run_all(bench, "bench", write_report, "results.jsonl, summary.csv and report.html")
+
+
+def _sweep(args) -> int:
+    from .pages.fronts import write_report as write_sweep_report  # pandas loads only for this command
+
+    examples, labels, base = _bench_plan(args, "safe")
+    points = grid_points(args.grid, args, args.max_points)
+    defaults = {axis: getattr(args, axis) for axis in points[0].values}
+    common = [examples, base, defaults, points, labels, args.out, args.style]
+    if args.ray:
+        from .distributed.ray_sweep import RaySweep  # needs Ray, an optional dependency
+
+        specs, options = model_specs(args), load_options(args)
+        names = [resolve_spec(spec).short_name for spec in specs]
+        plan = SweepPlan(names, specs, [options.chat_template] * len(specs), *common)
+        sweep = RaySweep(specs, options, plan, base, **_ray_resources(args))
+    else:
+        models = _load(args)
+        chat = [m.use_chat_template for m in models]
+        plan = SweepPlan([m.name for m in models], [m.spec.spec for m in models], chat, *common)
+        sweep = GridSweep(models, plan, _batch_size(args))
+    return _run_all(sweep, "sweep", write_sweep_report, "sweep.csv and report.html")
 
 
 def _tokdiff(args) -> int:
@@ -363,6 +429,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "compare": _compare,
             "export": _export,
             "bench": _bench,
+            "sweep": _sweep,
             "tokdiff": _tokdiff,
             "serve": _serve,
         }

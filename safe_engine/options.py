@@ -14,9 +14,11 @@ typed values, checked before any model loads.
 from __future__ import annotations
 
 import argparse
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from .bench.grid import GridPoint
 from .contract.config import (
     METHODS,
     PER_TOKEN_COMMITS,
@@ -273,6 +275,17 @@ DECODING_OPTIONS = (
         step=0.05,
     ),
     Option(
+        "consensus_threshold",
+        type=float,
+        default=DEFAULTS.consensus_threshold,
+        metavar="T",
+        help="SAFE (greedy): keep a draft where the weighted mean p of the models' own tokens is above T "
+        "(default %(default)s, the paper's; higher ensembles more)",
+        label="SAFE consensus threshold",
+        bounds=(0.01, 0.99),
+        step=0.01,
+    ),
+    Option(
         "damage_kl_steps",
         type=int,
         default=DEFAULTS.damage_kl_steps,
@@ -410,6 +423,7 @@ def decoding_config(args: argparse.Namespace, strategy: str | None = None) -> De
         damage_kl_steps=args.damage_kl_steps,
         stop=tuple(args.stop),
         draft_gate=args.draft_gate,
+        consensus_threshold=args.consensus_threshold,
         overlap=args.overlap,
     )
     config.validate(len(specs))
@@ -417,6 +431,55 @@ def decoding_config(args: argparse.Namespace, strategy: str | None = None) -> De
         if len(values) not in (1, len(specs)):
             raise UsageError(f"give one {flag} for all models or one per model ({len(specs)}), not {len(values)}")
     return config
+
+
+# ---------------------------------------------------------------- a sweep's grid: decoding options as axes
+GRID_ALIASES = {"method": "ensemble_method"}
+NOT_AXES = {"models", "drafter", "stop", "placement", "ray_address", *(o.name for o in LOADING_OPTIONS)}
+GRID_AXES = tuple(o.name for o in DECODING_OPTIONS if o.name not in NOT_AXES)  # what a run decodes with
+DEFAULT_MAX_POINTS = 64
+
+
+def grid_points(axes: Sequence[str], base: argparse.Namespace, max_points: int = DEFAULT_MAX_POINTS) -> list[GridPoint]:
+    """Every point of the product of `axes` (each ``KEY=V1,V2,...``; a list value's items between ``|``) over the
+    options `base` holds, the first axis slowest. Each value goes through the option table's reader and each
+    point's config through `decoding_config`, so a bad grid fails here, before any model loads (UsageError)."""
+    parsed: dict[str, list[object]] = {}
+    for axis in axes:
+        key, sep, text = axis.partition("=")
+        name = GRID_ALIASES.get(key.strip(), key.strip().replace("-", "_"))
+        if not sep or name not in GRID_AXES:
+            raise UsageError(f"--grid {axis!r}: not KEY=V1,V2,... with a KEY of {', '.join(GRID_AXES)}, method")
+        if name in parsed:
+            raise UsageError(f"--grid {key.strip()} is given twice")
+        words = [word.strip() for word in text.split(",") if word.strip()]
+        if not words:
+            raise UsageError(f"--grid {key.strip()} has no values: the grid would be empty")
+        values = [OPTIONS[name].read(key, word) for word in words]
+        if len({repr(v) for v in values}) < len(values):
+            raise UsageError(f"--grid {key.strip()} repeats a value")
+        parsed[name] = values
+    if not parsed:
+        raise UsageError("give at least one --grid KEY=V1,V2,...")
+    count = 1
+    for values in parsed.values():
+        count *= len(values)
+    if count > max_points:
+        raise UsageError(f"the grid has {count} points, more than --max-points {max_points}")
+    points = []
+    for combination in itertools.product(*parsed.values()):
+        values = dict(zip(parsed, combination))
+        try:
+            config = decoding_config(argparse.Namespace(**(vars(base) | values)), "safe")
+        except SafeEngineError as exc:
+            shown = ", ".join(f"{k}={_shown(v)}" for k, v in values.items())
+            raise UsageError(f"the grid point {shown}: {exc}") from None
+        points.append(GridPoint(values, config))
+    return points
+
+
+def _shown(value: object) -> str:
+    return LIST_SEPARATOR.join(map(str, value)) if isinstance(value, list) else str(value)
 
 
 def load_options(args: argparse.Namespace) -> LoadOptions:

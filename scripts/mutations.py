@@ -93,8 +93,15 @@ MUTATIONS = [
         "mean-not-strict",
         "mean > ½ is strict",
         "safe_engine/decisions/rules.py",
-        "mean_p > CONSENSUS_THRESHOLD",
-        "mean_p >= CONSENSUS_THRESHOLD",
+        "mean_p > threshold",
+        "mean_p >= threshold",
+    ),
+    Mutation(
+        "threshold-ignored",
+        "the consensus threshold is the run's, ½ only by default",
+        "safe_engine/strategies/safe.py",
+        "run.config.consensus_threshold",
+        "0.5",
     ),
     Mutation(
         "mean-unweighted",
@@ -223,8 +230,8 @@ MUTATIONS = [
         "sampling-keeps-unanimity",
         "sampling drops unanimity",
         "safe_engine/decisions/rules.py",
-        "consensus(at.agrees, mean_p) if greedy else None",
-        "consensus(at.agrees, mean_p)",
+        "consensus(at.agrees, mean_p, threshold) if greedy else None",
+        "consensus(at.agrees, mean_p, threshold)",
     ),
     Mutation(
         "acceptance-ignores-p-draft",

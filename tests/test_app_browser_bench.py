@@ -44,3 +44,26 @@ def test_a_small_run_fills_table_and_charts(page, tmp_path):
     expect(page.locator("#bench-report")).to_be_enabled()
     assert (tmp_path / "run" / "report.html").is_file()
     page.screenshot(path=str(tmp_path / "bench-run.png"), full_page=True)
+
+
+@pytest.mark.real_models
+def test_a_small_sweep_runs_to_the_end_and_draws_its_front(page, tmp_path):
+    _open_tab(page)
+    page.locator("#bench-limit input").fill("1")
+    page.locator("#bench-max-new input").fill("6")
+    page.get_by_text("Sweep: a grid of settings").click()
+    page.locator("#sweep-grid textarea").fill("lookahead=3,5")
+    page.locator("#sweep-out textarea").fill(str(tmp_path / "sweep"))
+    page.locator("#sweep-run").click()
+    expect(page.locator("#sweep-status")).to_contain_text(
+        "Done: 5 of 5 runs", timeout=RUN_MS
+    )  # 2 singles, per-token, SAFE × 2
+    expect(page.locator('#sweep-front svg[data-chart="front"] circle.mark')).to_have_count(5)
+    expect(page.locator("#sweep-table")).to_contain_text("safe")
+    expect(page.locator("#sweep-report")).to_be_enabled()
+    assert (tmp_path / "sweep" / "report.html").is_file() and (tmp_path / "sweep" / "sweep.csv").is_file()
+    page.locator("#sweep-out textarea").fill(str(tmp_path / "sweep"))
+    page.locator("#sweep-show").click()
+    expect(page.locator("#sweep-status")).to_contain_text("Showing the sweep", timeout=30_000)
+    assert "Traceback" not in page.content()
+    page.screenshot(path=str(tmp_path / "sweep.png"), full_page=True)

@@ -7,8 +7,7 @@ import pandas as pd
 import pytest
 
 from safe_engine import cli
-from safe_engine.bench import Bench, Example, build_prompt, load_task, score, strategy_labels
-from safe_engine.bench import sweep as runner
+from safe_engine.bench import Bench, Example, build_prompt, load_task, runner, score, strategy_labels
 from safe_engine.bench.prompts import STOPS, answer_span
 from safe_engine.bench.scoring import extract_choice, extract_number, last_boxed, to_number
 from safe_engine.bench.store import RESULTS, claim, load_results, open_for_append, result_key

@@ -9,8 +9,7 @@ import pytest
 from tiny_models import tiny_model, tiny_model_folder, unigram_tokenizer
 
 from safe_engine import cli
-from safe_engine.bench import Bench, load_task
-from safe_engine.bench import sweep as runner
+from safe_engine.bench import Bench, load_task, runner
 from safe_engine.bench.report import plan_order
 from safe_engine.bench.store import RESULTS, load_results, result_key
 from safe_engine.strategies.decoding import DecodeConfig

@@ -166,3 +166,39 @@ def test_progress_line_gives_an_eta_from_runs_finished_here():
     assert progress_line(5, 10, 2, 20) == "5 of 10 runs, about 50 s left"
     assert progress_line(2, 100, 2, 60) == "2 of 100 runs, about 49 min 00 s left"
     assert progress_line(10, 10, 10, 60) == "10 of 10 runs"
+
+
+# ---------------------------------------------------------------- the Sweep section
+def _sweep(tmp_path, grid: str, max_points=64, **change):
+    from components.sweep_section import plan_sweep
+
+    bench = {"tasks": ["arithmetic"], "upload": None, "strategies": ["singles", "safe"], "limit": 2, "max_new": 9}
+    bench |= {"style": "direct"} | change
+    return plan_sweep(*bench.values(), grid, max_points, str(tmp_path / "sweep"), RunSettings(*LIVE))
+
+
+def test_a_sweeps_plan_is_the_bench_form_over_the_grid(tmp_path):
+    chosen = _sweep(tmp_path, "lookahead=3,5\n\nmethod=unite,gac\n")
+    assert [p.values for p in chosen.points][:2] == [
+        {"lookahead": 3, "ensemble_method": "unite"},
+        {"lookahead": 3, "ensemble_method": "gac"},
+    ]
+    assert {p.config.max_new_tokens for p in chosen.points} == {9}  # the bench form's length, not the Live tab's
+    assert chosen.defaults == {"lookahead": 5, "ensemble_method": "unite"}
+    assert chosen.bench.labels == [f"single:{DRAFTER}", "single:smollm2-135m-instruct", "safe"]
+
+
+@pytest.mark.parametrize(
+    "grid, max_points, message",
+    [
+        ("", 64, "at least one --grid"),
+        ("lookahead=3,five", 64, "invalid int value"),
+        ("lookahead=1,2,3", 2, "3 points, more than"),
+        ("lookahead=3", 0, "the most points must be"),
+    ],
+)
+def test_a_bad_grid_in_the_app_is_a_message(tmp_path, grid, max_points, message):
+    from safe_engine.contract.errors import SafeEngineError
+
+    with pytest.raises(SafeEngineError, match=message):
+        _sweep(tmp_path, grid, max_points)

@@ -227,6 +227,27 @@ def test_a_killed_driver_leaves_whole_rows_and_a_rerun_completes_them(tmp_path, 
     assert (out / RESULTS).read_bytes().endswith(b"}\n")  # the half line was cut off before appending
 
 
+def test_a_grid_sweep_on_two_replicas_gives_the_table_of_a_local_one(tmp_path, folders):
+    """One pool for the whole grid: each job carries its point's config; the table is the local sweep's (its
+    wall-time figures aside), and a rerun on Ray adds nothing."""
+    from safe_engine.bench.fronts import sweep_table
+
+    argv = ["sweep", "--tasks", "facts", "--limit", "2", "--models", *folders, "--max-new-tokens", "8"]
+    argv += ["--strategies", "single,safe", "--grid", "lookahead=2,4", "--batch-size", "1"]
+    assert cli.main([*argv, "--out", str(tmp_path / "local")]) == 0
+    on_ray = [*argv, "--ray", "--replicas", "2", "--replica-cpus", "0.5", "--out", str(tmp_path / "ray")]
+    on_ray += ["--ray-address", ray.get_runtime_context().gcs_address]
+    assert cli.main(on_ray) == 0
+    lines = sorted(p.read_text() for p in (tmp_path / "ray").glob("runs/*/" + RESULTS))
+    assert (
+        cli.main(on_ray) == 0 and sorted(p.read_text() for p in (tmp_path / "ray").glob("runs/*/" + RESULTS)) == lines
+    )
+    times = ["s_per_token", "ratio_to_drafter", "pareto"]
+    local, remote = (sweep_table(tmp_path / where).drop(columns=times) for where in ("local", "ray"))
+    assert len(remote) == 4  # two singles, SAFE at two points
+    assert remote.equals(local)
+
+
 def test_prompts_decoded_on_replicas_come_back_in_order_as_local_runs(folders, local_pair):
     prompts, config = [PROMPT, "the capital of", PROMPT], replace(CONFIG, strategy="safe")
     remote = decode_on_replicas(folders, LoadOptions(), prompts, config, cpus=0.5)

@@ -53,7 +53,7 @@ def test_placement_ray_and_the_sweep_options_parse():
 
 def test_the_engine_and_ray_spec_parsing_never_import_ray():
     code = (
-        "import sys, safe_engine.cli, safe_engine.bench.sweep\n"
+        "import sys, safe_engine.cli, safe_engine.bench.runner\n"
         "from safe_engine.models.specs import resolve_spec\n"
         "resolve_spec('ray:cpus=2:embedded:gemma-3-270m')\n"
         "assert 'ray' not in sys.modules, 'ray imported'\n"

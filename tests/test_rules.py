@@ -8,6 +8,7 @@ from scripted_models import scripted
 
 from safe_engine.cli import build_parser
 from safe_engine.contract.config import EnsembleConfig
+from safe_engine.contract.errors import ConfigError
 from safe_engine.contract.events import EnsemblePoint, PositionVerified, RunStarted, TextCommitted, TokensDrafted
 from safe_engine.strategies.decoding import DecodeConfig, decode
 
@@ -139,6 +140,25 @@ def test_the_consensus_threshold_is_weighted():
         0
     ]
     assert weighted.decision == "ensembled" and weighted.mean_p == pytest.approx(0.3 * 0.9 + 0.7 * 0.2)
+
+
+def test_the_consensus_threshold_is_the_runs_and_strict():
+    """mean p = 0.55 here: kept at the default ½ and at 0.54, ensembled at exactly 0.55 (strict) and above; a
+    lower threshold keeps a draft that ½ ensembles (mean p 0.5)."""
+    a, b = pair(WEIGHTED_DRAFTER, WEIGHTED_VERIFIER)
+    assert checks(run([a, b], consensus_threshold=0.54))[0] == ("x", "skipped-consensus", "mean>0.5")
+    for threshold in (0.55, 0.7):
+        assert checks(run([a, b], consensus_threshold=threshold))[0] == ("x", "ensembled", "no consensus")
+    c, d = pair({"": {"x": 1.0}, "x": {"z": 0.9, "y": 0.1}}, {"": {"y": 1.0}, "x": {"z": 0.2, "w": 0.8}})
+    assert checks(run([c, d], consensus_threshold=0.4))[0] == ("x", "skipped-consensus", "mean>0.5")
+
+
+def test_the_consensus_threshold_is_an_option_at_half_by_default():
+    args = build_parser().parse_args(["generate", "--prompt", "x"])
+    assert DecodeConfig().consensus_threshold == args.consensus_threshold == 0.5
+    for bad in (0.0, 1.0, -0.1):
+        with pytest.raises(ConfigError, match="consensus threshold"):
+            DecodeConfig(consensus_threshold=bad).validate(2)
 
 
 def test_weights_belong_to_models_not_to_roles():
@@ -348,20 +368,22 @@ def test_the_verdict_applies_the_rules_in_algorithm_1s_order():
         return Position(None, (1.0, 1.0), **({"own_ps": (0.2, 0.2), "agrees": (False,)} | numbers))
 
     never = Position(Reason.BOUNDARY_MISSING, drafter_top_p=0.9)
-    assert verdict(never, True, True, accept) == Verdict(Decision.SKIPPED_OOV, Reason.BOUNDARY_MISSING)
-    unanimous = verdict(at(agrees=(True,), drafter_top_p=0.9), greedy=True, gated=True, accept=accept)
+    assert verdict(never, True, True, accept, 0.5) == Verdict(Decision.SKIPPED_OOV, Reason.BOUNDARY_MISSING)
+    unanimous = verdict(at(agrees=(True,), drafter_top_p=0.9), greedy=True, gated=True, accept=accept, threshold=0.5)
     assert (unanimous.reason, unanimous.mean_p) == (Reason.UNANIMITY, pytest.approx(0.2))  # need before the gate
-    assert verdict(at(drafter_top_p=0.9), True, True, accept).reason == Reason.GATE
-    assert verdict(at(drafter_top_p=0.9), True, False, accept).reason == Reason.NO_CONSENSUS
-    assert verdict(at(agrees=(True,), drafter_top_p=0.9), False, True, accept).reason == Reason.GATE and not draws
-    kept = verdict(at(own_ps=(0.6, 0.6), agrees=(True,), drawn_p=0.8), greedy=False, gated=False, accept=accept)
+    assert verdict(at(drafter_top_p=0.9), True, True, accept, 0.5).reason == Reason.GATE
+    assert verdict(at(drafter_top_p=0.9), True, False, accept, 0.5).reason == Reason.NO_CONSENSUS
+    assert verdict(at(agrees=(True,), drafter_top_p=0.9), False, True, accept, 0.5).reason == Reason.GATE and not draws
+    kept = verdict(
+        at(own_ps=(0.6, 0.6), agrees=(True,), drawn_p=0.8), greedy=False, gated=False, accept=accept, threshold=0.5
+    )
     assert (kept.decision, kept.reason, kept.accept_p, draws) == (
         Decision.SKIPPED_CONSENSUS,
         Reason.ACCEPTED,
         pytest.approx(0.75),
         [pytest.approx(0.75)],
     )
-    resampled = verdict(at(drawn_p=0.8), greedy=False, gated=False, accept=accept)
+    resampled = verdict(at(drawn_p=0.8), greedy=False, gated=False, accept=accept, threshold=0.5)
     assert (resampled.decision, resampled.reason, resampled.accept_p) == (
         Decision.ENSEMBLED,
         Reason.RESAMPLED,

@@ -4,9 +4,9 @@ Only `report` needs pandas and Plotly; import it where the report is built.
 """
 
 from .prompts import STYLES, answer_span, build_prompt
+from .runner import DEFAULT_BATCH_SIZE, DEFAULT_STRATEGIES, Bench, run_example, strategy_labels
 from .scoring import SCORERS, score
 from .store import load_results, load_settings
-from .sweep import DEFAULT_BATCH_SIZE, DEFAULT_STRATEGIES, Bench, run_example, strategy_labels
 from .tasks import Example, builtin_tasks, load_task
 
 __all__ = [

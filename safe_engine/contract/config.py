@@ -45,6 +45,8 @@ class DecodeConfig:
     seed: int | None = None  # None: a fresh seed, reported in RunStarted.config
     # SAFE: end a round's draft right after a token the drafter gave p < draft_gate (0: the paper's full drafts)
     draft_gate: float = 0.3
+    # SAFE (greedy): keep a draft where the weighted mean p of the models' own tokens is above this (the paper's ½)
+    consensus_threshold: float = 0.5
     stop: tuple[str, ...] = ()  # the run ends at the first of these strings after the response's leading whitespace
     force: tuple[tuple[int, str], ...] = ()  # (committed-token index, text committed there instead): what-if branches
     damage_kl_steps: int = 16  # conditioning-damage KL measured at most this often (one extra forward each)
@@ -76,6 +78,7 @@ class DecodeConfig:
             (ens.weights is None or (min(ens.weights) >= 0 and sum(ens.weights) > 0), "weights must be ≥ 0, not all 0"),
             (0 <= self.damage_kl_steps <= MAX_NEW_TOKENS, f"damage KL steps must be 0..{MAX_NEW_TOKENS}"),
             (0 <= self.draft_gate < 1, "the draft gate must be in [0, 1)"),
+            (0 < self.consensus_threshold < 1, "the consensus threshold must be in (0, 1)"),
             (self.overlap in (None, True, False), "overlap must be true, false or unset (auto)"),
             (all(self.stop), "a stop sequence cannot be empty"),
             (

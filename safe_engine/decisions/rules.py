@@ -3,7 +3,8 @@
 1. Stability: ensembling at drafted token d_j is safe only if the boundary *before* d_j is a token
    boundary in every verifier's own tokenization of the same text (else d_{j-1} is OOV-like for it).
 2. Need (greedy): keep d_j if every verifier's argmax is its own token there (unanimity), or if the
-   weighted mean of the models' probabilities of their own tokens there is above ½ (strict).
+   weighted mean of the models' probabilities of their own tokens there is above the consensus threshold
+   (strict; ½ by default, the paper's, `DecodeConfig.consensus_threshold`).
    Sampling drops both: d_j is kept with probability min(1, P_ens(d_j) / P_draft(d_j)), where P_ens(d_j)
    is that same weighted mean and P_draft(d_j) the probability the drafter drew d_j with.
 3. GaC's gate (on for GaC by default): ensemble only where the drafter's top probability is below ½.
@@ -20,7 +21,6 @@ from dataclasses import dataclass
 
 from ..contract.reasons import Decision, Reason
 
-CONSENSUS_THRESHOLD = 0.5
 GATE_THRESHOLD = 0.5
 
 
@@ -34,11 +34,11 @@ def weighted_mean(weights: Sequence[float], probs: Sequence[float]) -> float:
     return sum(w * p for w, p in zip(weights, probs)) / sum(weights)
 
 
-def consensus(agrees: Sequence[bool], mean_p: float) -> Reason | None:
+def consensus(agrees: Sequence[bool], mean_p: float, threshold: float) -> Reason | None:
     """Rule 2 (greedy): why the ensemble could not change the drafted token, or None."""
     if all(agrees):
         return Reason.UNANIMITY
-    if mean_p > CONSENSUS_THRESHOLD:
+    if mean_p > threshold:
         return Reason.MEAN
     return None
 
@@ -75,14 +75,14 @@ class Verdict:
     accept_p: float | None = None  # sampling: the probability the draft was kept with
 
 
-def verdict(at: Position, greedy: bool, gated: bool, accept: Callable[[float], bool]) -> Verdict:
-    """The rules in Algorithm 1's order: stability, need (consensus, greedy), GaC's gate, and under sampling the
-    acceptance draw. `accept(p)` draws it (the run's sampler), called only when the rules reach it, so the random
-    stream is the one the paper's loop consumes."""
+def verdict(at: Position, greedy: bool, gated: bool, accept: Callable[[float], bool], threshold: float) -> Verdict:
+    """The rules in Algorithm 1's order: stability, need (consensus above `threshold`, greedy), GaC's gate, and
+    under sampling the acceptance draw. `accept(p)` draws it (the run's sampler), called only when the rules
+    reach it, so the random stream is the one the paper's loop consumes."""
     if at.unsafe is not None:
         return Verdict(Decision.SKIPPED_OOV, at.unsafe)
     mean_p = weighted_mean(at.weights, at.own_ps)
-    kept = consensus(at.agrees, mean_p) if greedy else None
+    kept = consensus(at.agrees, mean_p, threshold) if greedy else None
     if kept is None and gated and gate_keeps(at.drafter_top_p):
         kept = Reason.GATE
     if kept is not None:

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterator, Sequence
 
 from ..bench import store
-from ..bench.sweep import StrategyRunner, Sweep, SweepProgress, bench_settings
+from ..bench.runner import Jobs, Progress, StrategyRunner, bench_settings
 from ..bench.tasks import Example
 from ..contract.config import DecodeConfig
 from ..models.cache import load_models
@@ -37,7 +37,7 @@ class BenchReplica(Replica):
         return self._runner.run(example, label)
 
 
-class RayBench(SweepProgress):
+class RayBench(Progress):
     """`Bench`'s interface (`done`, `total`, `out_dir`, `drafter`, `run`), its jobs run by a pool of Ray replicas."""
 
     def __init__(
@@ -60,13 +60,13 @@ class RayBench(SweepProgress):
         self.pool = ReplicaPool(BenchReplica, args, replicas, cpus, gpus, address, timeout_s)
         self.drafter = resolve_spec(specs[config.drafter]).short_name
         settings = bench_settings(specs, self.drafter, [options.chat_template] * len(specs), style, config)
-        self.sweep = Sweep(out_dir, settings, examples, labels)
+        self.jobs = Jobs(out_dir, settings, examples, labels)
 
     def run(self, stop: threading.Event | None = None) -> Iterator[dict]:
         """Run what is left on the replicas, yielding each record once it is on disk."""
-        if not self.sweep.todo:
+        if not self.jobs.todo:
             return
-        with store.open_for_append(self.sweep.out_dir) as handle:
-            for _, record in self.pool.map(list(self.sweep.todo.values()), stop):
-                if self.sweep.add(handle, record):
+        with store.open_for_append(self.jobs.out_dir) as handle:
+            for _, record in self.pool.map(list(self.jobs.todo.values()), stop):
+                if self.jobs.add(handle, record):
                     yield record

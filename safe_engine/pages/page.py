@@ -49,7 +49,7 @@ def _asset(name: str) -> str:
     return get_plotlyjs() if name == "plotly.js" else (HERE / name).read_text(encoding="utf-8")
 
 
-def _csp(scripts: Iterable[str]) -> str:
+def csp(scripts: Iterable[str]) -> str:
     """Only the page's own scripts run (by hash), and the page loads nothing from anywhere."""
     hashes = " ".join(
         "'sha256-" + base64.b64encode(hashlib.sha256(s.encode("utf-8")).digest()).decode() + "'" for s in scripts
@@ -83,7 +83,7 @@ class Page:
         caption = f'<p class="caption">{esc(self.caption)}</p>' if self.caption else ""
         return (
             '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-            f'<meta http-equiv="Content-Security-Policy" content="{_csp([plotly, script])}">'
+            f'<meta http-equiv="Content-Security-Policy" content="{csp([plotly, script])}">'
             '<meta name="viewport" content="width=device-width, initial-scale=1">'
             f"<title>{esc(self.title)}</title><style>{_asset('style.css')}{_asset('page.css')}</style></head>"
             f"<body><main><header><h1>{esc(self.title)}</h1>{caption}<p>{esc(HINT)} "

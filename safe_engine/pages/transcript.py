@@ -6,6 +6,7 @@ only grows by appending spans, which Gradio streams as "append" diffs.
 
 from __future__ import annotations
 
+from ..contract.config import DecodeConfig
 from ..contract.reasons import Decision, Reason
 from ..run.damage import degenerate
 from .text import esc, glyphs, quoted
@@ -14,7 +15,7 @@ from .view import RunView, TokenView
 LEGEND = (
     ("acc", "single model", "drafted and committed; nothing checks it"),
     ("cons", "kept: unanimity", "every verifier's top token is its own token here"),
-    ("cons mean", "kept: mean p > 0.5", "dotted underline"),
+    ("cons mean", "kept: mean p > threshold", "dotted underline; the threshold is ½ unless the run set another"),
     ("oov", "not ensembled: OOV-like", "dashed outline; a verifier has no token boundary here"),
     ("ens", "ensembled, draft kept", "solid underline"),
     ("ens repl", "ensembled, replaced", "the struck-out draft precedes the ensemble's choice"),
@@ -46,9 +47,10 @@ def token_classes(t: TokenView) -> str:
     return " ".join(names)
 
 
+CONSENSUS_DEFAULT = DecodeConfig().consensus_threshold  # traces recorded before the threshold was an option
 EXPLAINED = {
     Reason.UNANIMITY: "kept: every verifier's top token is its own token here (unanimity)",
-    Reason.MEAN: "kept: mean p {mean:.2f} > 0.5",
+    Reason.MEAN: "kept: mean p {mean:.2f} > {threshold:g}, the consensus threshold",
     Reason.GATE: "kept: GaC's gate, the drafter's top p is at least 0.5",
     Reason.ACCEPTED: (
         "kept with probability {accept:.2f} = min(1, mean p / the drafter's p), as speculative sampling does"
@@ -64,7 +66,7 @@ EXPLAINED = {
     Reason.RESAMPLED: (
         "ensembled: the draft was not kept (kept with probability {accept:.2f}), so the ensemble was sampled"
     ),
-    Reason.NO_CONSENSUS: "ensembled: no consensus (mean p {mean:.2f} ≤ 0.5 and the top tokens differ)",
+    Reason.NO_CONSENSUS: "ensembled: no consensus (mean p {mean:.2f} ≤ {threshold:g} and the top tokens differ)",
 }
 # A token whose trace names no reason (hand-made or cut short) is explained by its decision.
 BY_DECISION = {Decision.SKIPPED_OOV: Reason.BOUNDARY_MISSING, Decision.ENSEMBLED: Reason.NO_CONSENSUS}
@@ -88,7 +90,10 @@ def why(t: TokenView, view: RunView) -> str:
     elif reason is Reason.NO_CONSENSUS and mean is None:
         text = "ensembled"
     else:
-        text = EXPLAINED[reason].format(mean=mean or 0, accept=accept, models=", ".join(t.oov_like_for))
+        threshold = ((view.started or {}).get("config") or {}).get("consensus_threshold", CONSENSUS_DEFAULT)
+        text = EXPLAINED[reason].format(
+            mean=mean or 0, accept=accept, threshold=threshold, models=", ".join(t.oov_like_for)
+        )
     if t.decision == Decision.ENSEMBLED and t.point is not None:
         point = view.points[t.point]
         if t.drafted is not None:

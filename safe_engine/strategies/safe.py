@@ -132,7 +132,11 @@ def check_position(run: Run, draft: Draft, layout: Layout, scores: Scores, j: in
     s, e = layout.spans[j]
     views = [_verifier_view(run, k, layout, scores, j) for k in range(len(run.verifiers))]
     found = rules.verdict(
-        _position(run, draft, layout, views, j), run.sampler.greedy, run.config.ensemble.gated, run.sampler.accept
+        _position(run, draft, layout, views, j),
+        run.sampler.greedy,
+        run.config.ensemble.gated,
+        run.sampler.accept,
+        run.config.consensus_threshold,
     )
     return PositionVerified(
         round=run.round,

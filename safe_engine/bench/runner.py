@@ -72,7 +72,7 @@ class StrategyRunner:
         return run_example(example, label, *self.plan[label], self.style, stop)
 
 
-class Sweep:
+class Jobs:
     """A results folder's progress over (example, label) jobs: which are done, which are left (in order), and
     the one place rows are appended, each (task, id, strategy) at most once however often it was run."""
 
@@ -97,26 +97,26 @@ class Sweep:
         return True
 
 
-class SweepProgress:
-    """What the app and the CLI read of any benchmark (in process or on Ray): its folder and its `Sweep`'s
+class Progress:
+    """What the app and the CLI read of any benchmark (in process or on Ray): its folder and its `Jobs`'
     counts; `done`/`total` count runs, including those resumed."""
 
-    sweep: Sweep
+    jobs: Jobs
 
     @property
     def done(self) -> int:
-        return self.sweep.done
+        return self.jobs.done
 
     @property
     def total(self) -> int:
-        return self.sweep.total
+        return self.jobs.total
 
     @property
     def out_dir(self):
-        return self.sweep.out_dir
+        return self.jobs.out_dir
 
 
-class Bench(SweepProgress):
+class Bench(Progress):
     """One benchmark over an output folder, in this process."""
 
     def __init__(
@@ -137,22 +137,22 @@ class Bench(SweepProgress):
         settings = bench_settings(
             [m.spec.spec for m in models], self.drafter, [m.use_chat_template for m in models], style, config
         )
-        self.sweep = Sweep(out_dir, settings, examples, list(self.runner.plan))
+        self.jobs = Jobs(out_dir, settings, examples, list(self.runner.plan))
 
     def run(self, stop: threading.Event | None = None) -> Iterator[dict]:
         """Run what is left, yielding each record once it is on disk; a stopped run writes nothing."""
-        if not self.sweep.todo:
+        if not self.jobs.todo:
             return
         self.runner.warm_up()
-        with store.open_for_append(self.sweep.out_dir) as handle:
+        with store.open_for_append(self.jobs.out_dir) as handle:
             records = self._one_at_a_time(stop) if self.batch_size == 1 else self._together(stop)
             for record in records:
-                self.sweep.add(handle, record)
+                self.jobs.add(handle, record)
                 yield record
 
     def _one_at_a_time(self, stop: threading.Event | None) -> Iterator[dict]:
-        while self.sweep.todo:
-            example, label = next(iter(self.sweep.todo.values()))
+        while self.jobs.todo:
+            example, label = next(iter(self.jobs.todo.values()))
             record = self.runner.run(example, label, stop)
             if record is None:
                 return
@@ -164,9 +164,7 @@ class Bench(SweepProgress):
         halt = threading.Event()
         pool = ThreadPoolExecutor(max_workers=self.batch_size, thread_name_prefix="bench")
         try:
-            pending = {
-                pool.submit(self.runner.run, example, label, halt) for example, label in self.sweep.todo.values()
-            }
+            pending = {pool.submit(self.runner.run, example, label, halt) for example, label in self.jobs.todo.values()}
             while pending:
                 done, pending = wait(pending, timeout=poll_s, return_when=FIRST_COMPLETED)
                 if stop is not None and stop.is_set():
