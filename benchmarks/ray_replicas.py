@@ -49,7 +49,7 @@ def call_overhead(spec: str, calls: int) -> dict:
     try:
         here, there = statistics.median(step_seconds(local, calls)), statistics.median(step_seconds(remote, calls))
     finally:
-        remote.close()
+        remote.sessions.close()
     return {
         "model": local.name,
         "in_process_ms": here * 1e3,

@@ -75,7 +75,7 @@ def remote_pair(folders):
     models = [load_model(FREE + folder) for folder in folders]
     yield models
     for lm in models:
-        lm.close()
+        lm.sessions.close()
 
 
 def committed(events) -> tuple[list[list[int]], dict]:
@@ -100,7 +100,7 @@ def test_sessions_of_finished_runs_are_freed_in_their_actors(remote_pair):
     committed(decode(remote_pair, PROMPT, replace(CONFIG, strategy="safe")))
     gc.collect()
     deadline = time.monotonic() + 30
-    while any(ray.get(lm.actor.open_sessions.remote(), timeout=30) for lm in remote_pair):
+    while any(ray.get(lm.sessions.actor.open_sessions.remote(), timeout=30) for lm in remote_pair):
         assert time.monotonic() < deadline, "sessions left open in the actors"
         time.sleep(0.1)
 
@@ -118,7 +118,10 @@ def test_a_run_whose_actor_dies_fails_clearly_and_a_new_run_uses_the_restarted_a
 
 
 def test_a_call_past_its_timeout_fails_instead_of_waiting(remote_pair):
-    impatient = [replace(lm, placement=RayPlacement(cpus=0, timeout_s=0.001)) for lm in remote_pair]
+    impatient = [
+        replace(lm, sessions=replace(lm.sessions, placement=RayPlacement(cpus=0, timeout_s=0.001)))
+        for lm in remote_pair
+    ]
     with pytest.raises(RemoteTimeout, match="no answer within 0.001 s"):
         list(decode(impatient, PROMPT * 40, CONFIG))
 
