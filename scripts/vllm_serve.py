@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -33,12 +34,35 @@ def served_name(model: str) -> str:
     return model.split("-")[0]
 
 
-def command(folder: Path, name: str, port: int) -> list[str]:
+@dataclass(frozen=True)
+class Launch:
+    """One vLLM server to start: the model folder, the name it serves, its port, and where it computes."""
+
+    folder: Path
+    name: str
+    port: int
+    gpu: int | None = None  # the CUDA device it runs on, in bf16; None: the CPU build, in fp32
+    gpu_share: float = 0.3  # of that GPU's memory vLLM may take (a check's in-process models hold the rest)
+    python: str = VLLM_PYTHON  # an interpreter that imports vllm
+
+
+def command(launch: Launch) -> list[str]:
+    device = (
+        ["--dtype", "float32"]
+        if launch.gpu is None
+        else ["--dtype", "bfloat16", "--gpu-memory-utilization", str(launch.gpu_share), "--enforce-eager"]
+    )
     return [
-        VLLM_PYTHON, "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder),
-        "--served-model-name", name, "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
+        launch.python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(launch.folder),
+        "--served-model-name", launch.name, "--host", "127.0.0.1", "--port", str(launch.port), *device,
         "--max-model-len", "2048", "--max-logprobs", "50", "--block-size", "32",
     ]  # fmt: skip
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 @dataclass(frozen=True)
@@ -54,24 +78,33 @@ class Server:
 
 @contextmanager
 def serving(models: dict[str, int], log_dir: Path | None = None):
-    """Start one vLLM server per embedded model (name -> port), wait until each lists its model, yield
-    {name: Server}, and stop them all (their process groups) on the way out."""
+    """Start one vLLM server per embedded model (name -> port) on the CPU build, wait until each lists its model,
+    yield {name: Server}, and stop them all (their process groups) on the way out."""
     from safe_engine.models.embedded import ensure_converted
 
-    if not Path(VLLM_PYTHON).is_file():
-        raise SystemExit(f"no vLLM at {VLLM_PYTHON}: run bash scripts/setup.sh --vllm or set VLLM_PYTHON")
-    env = os.environ | {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
+    launches = {model: Launch(ensure_converted(model), served_name(model), port) for model, port in models.items()}
+    with serving_launches(launches, log_dir) as servers:
+        yield servers
+
+
+@contextmanager
+def serving_launches(launches: dict[str, Launch], log_dir: Path | None = None):
+    """Start each launch's server, wait until each lists its model, yield {key: Server}, stop them all."""
+    for launch in launches.values():
+        if not Path(launch.python).is_file():
+            raise SystemExit(f"no vLLM at {launch.python}: run bash scripts/setup.sh --vllm or set VLLM_PYTHON")
     servers, started = [], {}
     try:
-        for model, port in models.items():
-            folder = ensure_converted(model)
-            log = open((log_dir or Path("/tmp")) / f"vllm-{port}.log", "w")
+        for key, launch in launches.items():
+            env = os.environ | {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
+            if launch.gpu is not None:
+                env["CUDA_VISIBLE_DEVICES"] = str(launch.gpu)
+            log = open((log_dir or Path("/tmp")) / f"vllm-{launch.port}.log", "w")
             process = subprocess.Popen(
-                command(folder, served_name(model), port), env=env, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )  # fmt: skip
+                command(launch), env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
             servers.append((process, log))
-            started[model] = Server(f"http://127.0.0.1:{port}/v1", process)
+            started[key] = Server(f"http://127.0.0.1:{launch.port}/v1", process)
         for (process, log), server in zip(servers, started.values()):
             wait_ready(process, server.url, log.name)
         yield started

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import time
 import urllib.request
 from pathlib import Path
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from scripts.vllm_serve import free_port  # noqa: F401  (re-exported: one way to pick a port)
 
 
 def wait_until_serving(url: str, process: subprocess.Popen, log: Path, seconds: float = 180) -> None:
