@@ -6,7 +6,8 @@ import json
 import threading
 
 import pytest
-from tiny_models import tiny_model, tiny_model_folder, unigram_tokenizer
+from tiny_models import tiny_model, unigram_tokenizer
+from tiny_pair import task_file, word_pair_folders
 
 from safe_engine import cli
 from safe_engine.bench import Bench, load_task, runner
@@ -25,17 +26,12 @@ TIMES = {"wall_s", "tokens_per_s"}  # the only fields a shared pass may change
 
 @pytest.fixture(scope="module")
 def specs(tmp_path_factory):
-    return [
-        str(tiny_model_folder(tmp_path_factory.mktemp("a"), unigram_tokenizer(WORDS), arch="gemma3", seed=3)),
-        str(tiny_model_folder(tmp_path_factory.mktemp("b"), unigram_tokenizer(WORDS[::2]), seed=4)),
-    ]
+    return word_pair_folders(tmp_path_factory, WORDS)
 
 
 @pytest.fixture(scope="module")
 def tasks(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tasks") / "mini.jsonl"
-    path.write_text("".join(json.dumps(row) + "\n" for row in ROWS), encoding="utf-8")
-    return str(path)
+    return task_file(tmp_path_factory, "mini.jsonl", ROWS)
 
 
 def _bench(specs, tasks, out, batch: str) -> int:

@@ -2,12 +2,11 @@
 (`sweep.csv`, `sweep_table`), resuming, and the grid's checks before any model loads. Tiny random models: the
 numbers mean nothing, the bookkeeping is what is checked (the statistics: test_intervals.py)."""
 
-import json
 import threading
 
 import pandas as pd
 import pytest
-from tiny_models import tiny_model_folder, unigram_tokenizer
+from tiny_pair import task_file, word_pair_folders
 
 from safe_engine import cli
 from safe_engine.bench import runner, store
@@ -29,17 +28,12 @@ TIMES = ["s_per_token", "ratio_to_drafter", "pareto"]  # wall-time figures: the 
 
 @pytest.fixture(scope="module")
 def specs(tmp_path_factory):
-    return [
-        str(tiny_model_folder(tmp_path_factory.mktemp("a"), unigram_tokenizer(WORDS), arch="gemma3", seed=3)),
-        str(tiny_model_folder(tmp_path_factory.mktemp("b"), unigram_tokenizer(WORDS[::2]), seed=4)),
-    ]
+    return word_pair_folders(tmp_path_factory, WORDS)
 
 
 @pytest.fixture(scope="module")
 def tasks(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tasks") / "gsm8k-mini.jsonl"
-    path.write_text("".join(json.dumps(row) + "\n" for row in GSM8K), encoding="utf-8")
-    return str(path)
+    return task_file(tmp_path_factory, "gsm8k-mini.jsonl", GSM8K)
 
 
 def _sweep(specs, tasks, out, *extra) -> int:
