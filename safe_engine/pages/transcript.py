@@ -67,6 +67,10 @@ EXPLAINED = {
         "ensembled: the draft was not kept (kept with probability {accept:.2f}), so the ensemble was sampled"
     ),
     Reason.NO_CONSENSUS: "ensembled: no consensus (mean p {mean:.2f} ≤ {threshold:g} and the top tokens differ)",
+    Reason.BYTE_LEVEL: (
+        "ensembled byte by byte: each of its bytes is the ensemble's choice over every model's exact next-byte "
+        "distribution"
+    ),
 }
 # A token whose trace names no reason (hand-made or cut short) is explained by its decision.
 BY_DECISION = {Decision.SKIPPED_OOV: Reason.BOUNDARY_MISSING, Decision.ENSEMBLED: Reason.NO_CONSENSUS}
