@@ -17,6 +17,11 @@ from safe_engine.contract.config import DecodeConfig
 from safe_engine.contract.errors import ConfigError
 from safe_engine.models.loading import local_model
 from safe_engine.models.specs import ResolvedSpec
+from safe_engine.orchestration.comparison import comparison_plan
+from safe_engine.pages.page import run_page
+from safe_engine.pages.traces import read_trace, to_jsonl
+from safe_engine.pages.transcript import details_html, metrics_html, run_card_html
+from safe_engine.pages.view import RunView
 from safe_engine.strategies.byte_level import combine
 from safe_engine.strategies.decoding import decode
 from safe_engine.tokenization.canonical import PairRule, canonical, refusal
@@ -215,3 +220,38 @@ def test_gemma_byte_pieces_pass_every_pair_yet_are_not_canonical(gemma):
     assert canonical(vocab, char) == [vocab.id_of_bytes[char]]
     assert all(canonical(vocab, vocab[a] + vocab[b]) == [a, b] for a, b in zip(ordered, ordered[1:]))
     assert refusal(vocab)
+
+
+def test_the_page_and_a_replayed_trace_show_each_tokens_bytes_escaped(pair, tmp_path):
+    events = list(decode(pair, "x", DecodeConfig(strategy="byte-level", max_new_tokens=6)))
+    trace = tmp_path / "run.jsonl"
+    trace.write_text(to_jsonl([e.to_dict() for e in events]), encoding="utf-8")
+    replayed = RunView.of(read_trace(trace))
+    live = RunView.of([e.to_dict() for e in events])
+    assert [t.byte_steps for t in replayed.tokens] == [t.byte_steps for t in live.tokens]
+    for token, committed in zip(live.tokens, [t for e in events if e.kind == "text_committed" for t in e.tokens]):
+        steps = [live.byte_steps[i]["chosen"] for i in token.byte_steps]
+        if token.special:  # the end token holds the step that chose to stop
+            assert steps == ["<eos>"]
+            continue
+        spelled = b"".join(bytes([int(c[3:5], 16)]) if c.startswith("<0x") else c.encode() for c in steps)
+        assert spelled == (bytes.fromhex(committed.raw_hex) if committed.raw_hex else committed.text.encode())
+    html = details_html(live, 0)
+    assert "bytes chosen (mixture" in html and "paths kept" in html
+    # a hostile model output stays text
+    step = live.byte_steps[live.tokens[0].byte_steps[0]]
+    step["models"][0]["paths"] = [["<script>alert(1)</script>"]]
+    html = details_html(live, 0)
+    assert "<script>alert" not in html and "&lt;script&gt;" in html
+    assert "passes/token" in metrics_html(live) and "passes/token" in run_card_html(live)
+    assert "passes/token" in run_page(events).html()
+
+
+def test_compare_gives_byte_level_its_own_column_over_the_models_it_can_read(pair, tmp_path):
+    labels = [label for label, _, _ in comparison_plan(pair, DecodeConfig())]
+    assert labels == ["single:a", "single:b", "byte-level", "per-token", "safe"]
+    refused = tiny_model(tmp_path / "sp", unigram_tokenizer(["the"]), layers=1)
+    plan = comparison_plan([refused, pair[1]], DecodeConfig(force=((0, "x"),)))
+    byte_level = [(label, models, config) for label, models, config in plan if label.startswith("byte-level")]
+    assert [(label, models) for label, models, _ in byte_level] == [("byte-level:b", [pair[1]])]
+    assert byte_level[0][2].force == ()
