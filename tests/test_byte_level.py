@@ -6,6 +6,7 @@ over two bytes, so its covering trees hold several paths at once and a character
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -13,6 +14,7 @@ import torch
 from scripted_models import ScriptedLM
 from tiny_models import EOS, byte_bpe_tokenizer, tiny_model, unigram_tokenizer
 
+from safe_engine.cli import main
 from safe_engine.contract.config import DecodeConfig
 from safe_engine.contract.errors import ConfigError
 from safe_engine.models.loading import local_model
@@ -255,3 +257,15 @@ def test_compare_gives_byte_level_its_own_column_over_the_models_it_can_read(pai
     byte_level = [(label, models, config) for label, models, config in plan if label.startswith("byte-level")]
     assert [(label, models) for label, models, _ in byte_level] == [("byte-level:b", [pair[1]])]
     assert byte_level[0][2].force == ()
+
+
+@pytest.mark.real_models
+def test_cli_generates_byte_level_with_smollm2_and_refuses_gemma_in_one_line(smollm, capsys):
+    argv = ["generate", "--prompt", "The capital of France is", "--strategy", "byte-level", "--max-new-tokens", "4"]
+    assert main([*argv, "--models", "embedded:smollm2-135m-instruct", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["strategy"] == "byte-level" and 1 <= out["tokens"] <= 4 and out["text"]
+    assert out["passes_per_token"] >= 1
+    assert main(argv) == 2  # the embedded pair: Gemma drafts
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "gemma-3-270m" in err[0] and "exact only for byte-level BPE" in err[0]

@@ -47,6 +47,7 @@ def summarize(events: Sequence[Event], label: str | None = None) -> dict:
         "wall_s": stats["wall_s"],
         "tokens_per_s": stats["tokens_per_s"],
         "overhead_share": stats["overhead_share"],
+        "passes_per_token": stats.get("passes_per_token"),  # traces recorded before it: None
         "stop_reason": finished.stop_reason,
         "temperature": started.config.get("temperature", 0.0),
         "seed": started.config.get("seed"),

@@ -38,12 +38,14 @@ def refusal(vocab: TokenBytes) -> str | None:
 
 
 def canonical(vocab: TokenBytes, raw: bytes) -> list[int]:
-    """The tokenizer's own ids for `raw`. Bytes that are not UTF-8 text (a character cut by a token
-    boundary) are one word of the BPE model, as they are inside the pre-tokenizer's word in any text."""
-    try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return _bpe_word(vocab, raw)
+    """The tokenizer's own ids for `raw`. In byte-level BPE, bytes that are not UTF-8 text (a character cut
+    by a token boundary) are one word of the BPE model, as they are inside the pre-tokenizer's word in any
+    text; other families spell them as `tokenize` does, one byte piece each."""
+    if vocab.kind == SUPPORTED_KIND:
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return _bpe_word(vocab, raw)
     return tokenize(vocab, raw).ids
 
 
