@@ -74,7 +74,7 @@ class ByteModel:
         if not self.tree.paths:  # every path has probability 0: restart from the canonical spelling
             ids = tuple(canonical(self.part.lm.vocab, self.tree.raw))
             self.tree.paths = [Path(ids, 0.0, len(self.tree.raw))]
-        alive = {p.ids[:i] for p in self.tree.paths for i in range(len(p.ids) + 1)}
+        alive = {p.ids for p in self.tree.paths}  # a later byte asks only for the paths' own rows
         self._memo = {ids: row for ids, row in self._memo.items() if ids in alive}
         self.part.forget_before(len(self.tree.trunk))
 

@@ -48,30 +48,36 @@ class ByteTokens:
         spelled = sorted((vocab[i], i) for i in range(len(vocab)) if vocab[i] and i not in vocab.special_ids)
         self.keys = [raw for raw, _ in spelled]
         self.ids = torch.tensor([i for _, i in spelled], dtype=torch.long)
+        self.lengths = torch.tensor([len(raw) for raw in self.keys], dtype=torch.long)
+        self.spelling = torch.zeros((len(self.keys), int(self.lengths.max())), dtype=torch.uint8)
+        for row, raw in enumerate(self.keys):  # each token's bytes, one row each (zero past its end)
+            self.spelling[row, : len(raw)] = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
         self.first = torch.full((len(vocab),), -1, dtype=torch.long)
-        self.first[self.ids] = torch.tensor([raw[0] for raw in self.keys], dtype=torch.long)
+        self.first[self.ids] = self.spelling[:, 0].long()
         self.stop_ids = torch.tensor(sorted(stop_ids), dtype=torch.long)
 
     def _range(self, prefix: bytes) -> tuple[int, int]:
-        return bisect.bisect_left(self.keys, prefix), bisect.bisect_left(self.keys, prefix + b"\xff" * 64)
+        """The rows of the tokens that start with `prefix` (sorted, so they are contiguous)."""
+        lo = bisect.bisect_left(self.keys, prefix)
+        return lo, bisect.bisect_right(self.keys, prefix, lo=lo, key=lambda raw: raw[: len(prefix)])
 
     def continuing(self, prefix: bytes) -> tuple[torch.Tensor, torch.Tensor]:
         """Ids of the tokens that start with `prefix` and are longer, and the byte each has after it."""
         lo, hi = self._range(prefix)
-        rows = [(self.keys[j][len(prefix)], int(self.ids[j])) for j in range(lo, hi) if len(self.keys[j]) > len(prefix)]
-        return (
-            torch.tensor([i for _, i in rows], dtype=torch.long),
-            torch.tensor([b for b, _ in rows], dtype=torch.long),
-        )
+        longer = self.lengths[lo:hi] > len(prefix)
+        if len(prefix) >= self.spelling.shape[1]:
+            return self.ids[:0], self.ids[:0]
+        return self.ids[lo:hi][longer], self.spelling[lo:hi, len(prefix)][longer].long()
 
     def exactly(self, raw: bytes) -> list[int]:
-        lo, hi = self._range(raw)
-        return [int(self.ids[j]) for j in range(lo, hi) if self.keys[j] == raw]
+        """Ids of the tokens spelled exactly `raw`."""
+        lo, hi = bisect.bisect_left(self.keys, raw), bisect.bisect_right(self.keys, raw)
+        return self.ids[lo:hi].tolist()
 
     def extends(self, prefix: bytes) -> bool:
         """Some token is longer than `prefix` and starts with it."""
         lo, hi = self._range(prefix)
-        return any(len(self.keys[j]) > len(prefix) for j in range(lo, hi))
+        return bool((self.lengths[lo:hi] > len(prefix)).any())
 
 
 def group_logsumexp(values: torch.Tensor, groups: torch.Tensor, size: int) -> torch.Tensor:
