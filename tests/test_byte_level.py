@@ -11,14 +11,12 @@ import math
 
 import pytest
 import torch
-from scripted_models import ScriptedLM
+from scripted_models import scripted_over
 from tiny_models import EOS, byte_bpe_tokenizer, tiny_model, unigram_tokenizer
 
 from safe_engine.cli import main
 from safe_engine.contract.config import DecodeConfig
 from safe_engine.contract.errors import ConfigError
-from safe_engine.models.loading import local_model
-from safe_engine.models.specs import ResolvedSpec
 from safe_engine.orchestration.comparison import comparison_plan
 from safe_engine.pages.page import run_page
 from safe_engine.pages.traces import read_trace, to_jsonl
@@ -130,17 +128,8 @@ def test_pairwise_rule_keeps_only_canonical_pairs(tokenizer, pair):
     assert not rule.valid_after(vocab.id_of_bytes[b"\xc3"])[vocab.id_of_bytes[b"\xa9"]]
 
 
-def _scripted_byte_model(tokenizer, table, name="s"):
-    model = ScriptedLM(tokenizer, "x", table)
-    return local_model(
-        ResolvedSpec(f"scripted:{name}", "folder", name),
-        model,
-        tokenizer,
-        "cpu",
-        torch.float32,
-        use_chat_template=False,
-        eos_ids=frozenset({tokenizer.eos_token_id}),
-    )
+def _scripted_byte_model(tokenizer, table):
+    return scripted_over("s", tokenizer, table, "x")
 
 
 def _texts(models, **config):
