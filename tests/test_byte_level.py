@@ -234,7 +234,9 @@ def test_the_page_and_a_replayed_trace_show_each_tokens_bytes_escaped(pair, tmp_
     step["models"][0]["paths"] = [["<script>alert(1)</script>"]]
     html = details_html(live, 0)
     assert "<script>alert" not in html and "&lt;script&gt;" in html
-    assert "passes/token" in metrics_html(live) and "passes/token" in run_card_html(live)
+    card = run_card_html(live)
+    assert "passes/token" in metrics_html(live) and "passes/token" in card and "over a, b" in card
+    assert live.metrics()["e_t"] == events[-1].stats["e_t"] > 1  # every byte is an ensemble
     assert "passes/token" in run_page(events).html()
 
 
@@ -244,7 +246,7 @@ def test_compare_gives_byte_level_its_own_column_over_the_models_it_can_read(pai
     refused = tiny_model(tmp_path / "sp", unigram_tokenizer(["the"]), layers=1)
     plan = comparison_plan([refused, pair[1]], DecodeConfig(force=((0, "x"),)))
     byte_level = [(label, models, config) for label, models, config in plan if label.startswith("byte-level")]
-    assert [(label, models) for label, models, _ in byte_level] == [("byte-level:b", [pair[1]])]
+    assert [(label, models) for label, models, _ in byte_level] == [("byte-level", [pair[1]])]
     assert byte_level[0][2].force == ()
 
 

@@ -41,6 +41,7 @@ IGNORED = {
     ),
     "per-token": ("lookahead", "safe_mode", "draft_gate", "consensus_threshold", "overlap", "byte_combine"),
     "safe": ("per_token_commit", "byte_combine"),
+    "byte-level": ("lookahead", "safe_mode", "per_token_commit", "draft_gate", "consensus_threshold", "overlap"),
 }
 
 

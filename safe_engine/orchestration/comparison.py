@@ -59,10 +59,10 @@ def summarize(events: Sequence[Event], label: str | None = None) -> dict:
 def comparison_plan(
     models: Sequence[LoadedModel], config: DecodeConfig
 ) -> list[tuple[str, Sequence[LoadedModel], DecodeConfig]]:
-    """Each single model; byte-level over the models whose tokenizers it turns into exact byte models
-    (``byte-level``, or ``byte-level:NAME,…`` naming them when it leaves some out; none where it takes none);
-    then per-token and SAFE with the configured drafter (last, as the pages take the drafter from the last
-    run): (label, models, config)."""
+    """Each single model; ``byte-level`` over the models whose tokenizers it turns into exact byte models (the
+    configured drafter first where it is one of them; no run where it takes none; its run_started event names
+    the models it took); then per-token and SAFE with the configured drafter (last, as the pages take the
+    drafter from the last run): (label, models, config)."""
     plan = [
         (
             f"single:{lm.name}",
@@ -74,10 +74,11 @@ def comparison_plan(
     exact = sorted((i for i, lm in enumerate(models) if refusal(lm.vocab) is None), key=lambda i: i != config.drafter)
     if exact:
         chosen = [models[i] for i in exact]
-        label = "byte-level" if len(exact) == len(models) else "byte-level:" + ",".join(lm.name for lm in chosen)
         weights = config.ensemble.weights
         ensemble = replace(config.ensemble, weights=tuple(weights[i] for i in exact) if weights else None)
-        plan.append((label, chosen, replace(config, strategy="byte-level", drafter=0, ensemble=ensemble, force=())))
+        plan.append(
+            ("byte-level", chosen, replace(config, strategy="byte-level", drafter=0, ensemble=ensemble, force=()))
+        )
     plan.append(("per-token", models, replace(config, strategy="per-token")))
     plan.append(("safe", models, replace(config, strategy="safe")))
     return plan

@@ -345,6 +345,7 @@ def run_card_html(view: RunView, pinnable: bool = False) -> str:
         numbers += f" · <b>OOV-like damage {m['damaged']}</b>"
     if view.strategy == "byte-level":
         numbers += f" · {m['bytes']} bytes · <b>{_fmt(m['passes_per_token'], '.1f')} passes/token</b>"
+        numbers += f" · over {esc(', '.join(view.models))}"
     damage = view.damage_summary()
     if damage is not None:
         numbers += f" · drafter non-canonical {damage['non_canonical']} (max {damage['non_canonical_max']})"

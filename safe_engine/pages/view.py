@@ -209,14 +209,15 @@ class RunView:
     def metrics(self) -> dict:
         """Counted from the events, so a run cut short (Stop, a partial trace) still adds up."""
         tokens = len(self.tokens)
+        ensembled = len(self.points) + len(self.byte_steps)  # byte-level: every byte is an ensemble, as its stats count
         if self.finished:
             wall = self.finished["stats"]["wall_s"]
         else:
             wall = next((c["elapsed"] for c in reversed(self.commits) if c["elapsed"] is not None), None)
         return {
             "tokens": tokens,
-            "ensembled": len(self.points),
-            "e_t": len(self.points) / tokens if tokens else 0.0,
+            "ensembled": ensembled,
+            "e_t": ensembled / tokens if tokens else 0.0,
             "replaced": sum(t.changed for t in self.tokens),
             "oov_skips": sum(len(t.oov_like_for) for t in self.tokens if t.decision == "skipped-oov"),
             "consensus_skips": sum(t.decision == "skipped-consensus" for t in self.tokens),
