@@ -38,7 +38,7 @@ from . import settings
 from .option_widgets import widget
 from .run_stream import MODELS_QUEUE, Runner, problem
 
-STRATEGIES = ("singles", "single", "per-token", "safe")
+STRATEGIES = ("singles", "single", "byte-level", "per-token", "safe")
 FIGURES = {
     "accuracy": "Accuracy per strategy",
     "e_t": "Tokens ensembled (E/T) per task",

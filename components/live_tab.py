@@ -70,6 +70,7 @@ class LiveTab:
                         draft_gate = widget("draft_gate", number=True, elem_id="draft-gate")
                         consensus_threshold = widget("consensus_threshold", number=True)
                         per_token_commit = widget("per_token_commit")
+                        byte_combine = widget("byte_combine")
                         temperature = widget("temperature", elem_id="temperature")
                         top_p = widget("top_p")
                         seed = widget("seed", elem_id="seed")
@@ -108,6 +109,7 @@ class LiveTab:
             damage_kl_steps=damage_kl_steps,
             overlap=overlap,
             consensus_threshold=consensus_threshold,
+            byte_combine=byte_combine,
         )
         self.models = models
         models.change(

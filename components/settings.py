@@ -61,6 +61,7 @@ class RunSettings:
     damage_kl_steps: float | None
     overlap: str  # a TOGGLES key
     consensus_threshold: float | None
+    byte_combine: str
 
     @staticmethod
     def defaults(specs: Sequence[str], strategy: str = "safe", max_new_tokens: int = 48) -> RunSettings:

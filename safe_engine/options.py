@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from .bench.grid import GridPoint
 from .contract.config import (
+    BYTE_COMBINES,
     METHODS,
     PER_TOKEN_COMMITS,
     SAFE_MODES,
@@ -231,6 +232,14 @@ DECODING_OPTIONS = (
         label="Per-token commit",
     ),
     Option(
+        "byte_combine",
+        default=DEFAULTS.byte_combine,
+        choices=BYTE_COMBINES,
+        help="byte-level: how the models' next-byte distributions combine (mixture: Σ wᵢ·pᵢ; product: normalised "
+        "Π pᵢ^wᵢ)",
+        label="Byte combination",
+    ),
+    Option(
         "temperature",
         type=float,
         default=DEFAULTS.temperature,
@@ -415,6 +424,7 @@ def decoding_config(args: argparse.Namespace, strategy: str | None = None) -> De
         drafter=drafter,
         safe_mode=args.safe_mode,
         per_token_commit=args.per_token_commit,
+        byte_combine=args.byte_combine,
         ensemble=ensemble,
         temperature=args.temperature,
         top_p=args.top_p,

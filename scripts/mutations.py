@@ -1,4 +1,5 @@
-"""Prove the rule tests bite: break each SAFE rule in a copy of the project and check the quick tests fail.
+"""Prove the rule tests bite: break each SAFE (or byte-level) rule in a copy of the project and check the quick
+tests fail.
 
     python -m scripts.mutations [--list] [--only NAME ...] [--mode both|alone|batched]
 
@@ -32,6 +33,7 @@ TESTS = [
     "tests/test_ensemble.py",
     "tests/test_decoding.py",
     "tests/test_batched_decodes.py",  # the batched mode really shares passes
+    "tests/test_byte_level.py",
 ]
 COPIED = ["safe_engine", "tests", "pytest.ini"]
 MODES = {"alone": "0", "batched": "1"}  # the value of SAFE_TEST_BATCHED
@@ -239,6 +241,20 @@ MUTATIONS = [
         "safe_engine/decisions/rules.py",
         "min(1.0, mean_p / p_draft)",
         "min(1.0, mean_p)",
+    ),
+    Mutation(
+        "byte-pairs-unchecked",
+        "byte-level: a covering token must be canonical after the path's last token",
+        "safe_engine/tokenization/next_byte.py",
+        "keep = valid[ids] if len(ids) else ids.bool()",
+        "keep = torch.ones(len(ids), dtype=torch.bool)",
+    ),
+    Mutation(
+        "byte-product-as-mixture",
+        "byte-level: product is the normalised product of the next-byte distributions",
+        "safe_engine/strategies/byte_level.py",
+        'if how == "product":',
+        "if False:",
     ),
 ]
 

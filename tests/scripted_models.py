@@ -81,7 +81,11 @@ class ScriptedLM(torch.nn.Module):
 
 def scripted(name: str, pieces: list[str], table: Table, prompt: str) -> LoadedModel:
     """A scripted model whose vocabulary holds `pieces` (longer pieces win, like a trained tokenizer)."""
-    tokenizer = unigram_tokenizer(pieces)
+    return scripted_over(name, unigram_tokenizer(pieces), table, prompt)
+
+
+def scripted_over(name: str, tokenizer, table: Table, prompt: str) -> LoadedModel:
+    """A scripted model over any tokenizer (a byte-level BPE, say)."""
     model = ScriptedLM(tokenizer, prompt, table)
     spec = ResolvedSpec(f"scripted:{name}", "folder", name)
     return local_model(

@@ -243,6 +243,7 @@ def test_strategy_labels():
     assert strategy_labels(["safe", "single"], names, 0) == ["single:gemma", "safe"]
     assert strategy_labels(["singles", "per-token"], names, 1) == ["single:gemma", "single:smol", "per-token"]
     assert strategy_labels(["single"], names, 1) == ["single:smol"]
+    assert strategy_labels(["safe", "byte-level"], names, 0) == ["byte-level", "safe"]
     with pytest.raises(ConfigError, match="unknown strategy nope"):
         strategy_labels(["safe", "nope"], names, 0)
 

@@ -21,6 +21,7 @@ DECISION_OF = {
     Reason.INSIDE_CHARACTER: Decision.SKIPPED_OOV,
     Reason.NO_TEXT: Decision.SKIPPED_OOV,
     Reason.BOUNDARY_MISSING: Decision.SKIPPED_OOV,
+    Reason.BYTE_LEVEL: Decision.ENSEMBLED,
 }
 
 

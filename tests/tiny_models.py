@@ -92,3 +92,19 @@ def tiny_model_folder(
 def tiny_model(folder: Path, tokenizer, **kwargs) -> LoadedModel:
     """Loaded all fp32 (`streamed`), so tests can compare its logits to 1e-4 (an int8 head's are bf16)."""
     return load_model(str(tiny_model_folder(folder, tokenizer, **kwargs)), LoadOptions(cpu_linear="streamed"))
+
+
+def byte_bpe_tokenizer(corpus: list[str], merges: int = 40) -> PreTrainedTokenizerFast:
+    """Byte-level BPE (GPT-2's byte alphabet and pre-tokenizer, as SmolLM2's) trained on `corpus`: the 256
+    byte tokens, `merges` learned merges and an end token."""
+    from tokenizers import trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    trainer = trainers.BpeTrainer(
+        vocab_size=len(alphabet) + merges + 1, initial_alphabet=alphabet, special_tokens=[EOS], show_progress=False
+    )
+    tok.train_from_iterator(corpus, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS)

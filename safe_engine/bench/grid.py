@@ -29,9 +29,19 @@ RUNS = "runs"
 SINGLES = "singles"
 # The config fields a group of strategies does not read: points that differ only there share its runs.
 IGNORED = {
-    SINGLES: ("lookahead", "safe_mode", "per_token_commit", "ensemble", "draft_gate", "consensus_threshold", "overlap"),
-    "per-token": ("lookahead", "safe_mode", "draft_gate", "consensus_threshold", "overlap"),
-    "safe": ("per_token_commit",),
+    SINGLES: (
+        "lookahead",
+        "safe_mode",
+        "per_token_commit",
+        "ensemble",
+        "draft_gate",
+        "consensus_threshold",
+        "overlap",
+        "byte_combine",
+    ),
+    "per-token": ("lookahead", "safe_mode", "draft_gate", "consensus_threshold", "overlap", "byte_combine"),
+    "safe": ("per_token_commit", "byte_combine"),
+    "byte-level": ("lookahead", "safe_mode", "per_token_commit", "draft_gate", "consensus_threshold", "overlap"),
 }
 
 

@@ -32,7 +32,7 @@ DEFAULT_BATCH_SIZE = 8  # jobs at once: a CPU pass of 8 rows costs 2-2.5x one ro
 def strategy_labels(requested: Sequence[str], model_names: Sequence[str], drafter: int) -> list[str]:
     """Plan labels for the requested strategies, in plan order; model names are known before loading."""
     singles = [f"single:{name}" for name in model_names]
-    order = singles + ["per-token", "safe"]
+    order = singles + ["byte-level", "per-token", "safe"]
     known = {"single": [singles[drafter]], "singles": singles, **{label: [label] for label in order}}
     unknown = [name for name in requested if name not in known]
     if unknown or not requested:

@@ -24,7 +24,9 @@ class EnsembleConfig:
         return self.method == "gac" if self.gate is None else self.gate
 
 
-STRATEGIES = ("single", "per-token", "safe")
+STRATEGIES = ("single", "per-token", "safe", "byte-level")
+ALONE = ("single", "byte-level")  # the strategies that also run one model
+BYTE_COMBINES = ("mixture", "product")
 SAFE_MODES = ("exact", "fast")
 PER_TOKEN_COMMITS = ("first-subtoken", "full")
 MAX_NEW_TOKENS = 4096
@@ -39,6 +41,7 @@ class DecodeConfig:
     drafter: int = 0  # index into the model list
     safe_mode: str = "exact"  # exact: the paper's one ensemble per round | fast: keep scanning past a kept draft
     per_token_commit: str = "first-subtoken"  # UniTE: the drafter appends its first sub-token of the choice | full
+    byte_combine: str = "mixture"  # byte-level: Σ wᵢ·pᵢ of the next-byte distributions | product: normalised Π pᵢ^wᵢ
     ensemble: EnsembleConfig = field(default_factory=EnsembleConfig)
     temperature: float = 0.0  # 0: greedy
     top_p: float = 1.0
@@ -65,6 +68,7 @@ class DecodeConfig:
                 self.per_token_commit in PER_TOKEN_COMMITS,
                 f"per-token commit must be one of {', '.join(PER_TOKEN_COMMITS)}",
             ),
+            (self.byte_combine in BYTE_COMBINES, f"byte combination must be one of {', '.join(BYTE_COMBINES)}"),
             (ens.method in METHODS, f"ensemble method must be one of {', '.join(METHODS)}"),
             (ens.sharpen in SHARPENING, f"sharpening must be one of {', '.join(SHARPENING)}"),
             (1 <= ens.top_k <= 1000, "top-k must be 1..1000"),
@@ -73,7 +77,7 @@ class DecodeConfig:
             (0 < self.top_p <= 1, "top-p must be in (0, 1]"),
             (self.seed is None or 0 <= self.seed < 2**63, "the seed must be a whole number ≥ 0"),
             (0 <= self.drafter < model_count, "the drafter must be one of the models"),
-            (self.strategy == "single" or model_count >= 2, f"{self.strategy} needs at least two models"),
+            (self.strategy in ALONE or model_count >= 2, f"{self.strategy} needs at least two models"),
             (ens.weights is None or len(ens.weights) == model_count, "give one weight per model"),
             (ens.weights is None or (min(ens.weights) >= 0 and sum(ens.weights) > 0), "weights must be ≥ 0, not all 0"),
             (0 <= self.damage_kl_steps <= MAX_NEW_TOKENS, f"damage KL steps must be 0..{MAX_NEW_TOKENS}"),
@@ -87,6 +91,7 @@ class DecodeConfig:
             ),
             (all(text for _, text in self.force), "a forced token needs a text"),
             (len({i for i, _ in self.force}) == len(self.force), "force each token index at most once"),
+            (not (self.force and self.strategy == "byte-level"), "byte-level decoding cannot force tokens"),
         ]
         for ok, message in checks:
             if not ok:

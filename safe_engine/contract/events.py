@@ -19,6 +19,9 @@ Decisions for a drafted position:
 - ``forced``: the user forced this text here (``DecodeConfig.force``, what-if branching); ``drafted``
   holds what the strategy would have committed when that differs.
 
+Byte-level runs commit every drafter token as ``ensembled`` / ``byte_level``: the bytes it spells were
+chosen one at a time by the ensemble (``ByteStep`` events, one per byte).
+
 Per-token runs use the same decisions: ``ensembled`` at every step, ``skipped-consensus``/``gate``
 where GaC's gate keeps the drafter's token, ``skipped-oov``/``inside_character`` where the drafter
 finishes a character it started (no other model has a position there).
@@ -150,6 +153,37 @@ class EnsemblePoint(Event):
 
 
 @dataclass
+class ByteCandidate:
+    text: str  # the byte's character (printable ASCII), <0xNN>, or <eos> for the stop symbol
+    p: float  # in the ensemble
+    per_model: dict[str, float]  # each model's own next-byte probability of it
+
+
+@dataclass
+class ByteModelStep:
+    model: str
+    paths: list[list[str]]  # the covering paths kept after the byte: each one's tokens past the trunk, shown
+    trunk: int  # the model's tokens every path shares (fixed for good)
+    passes: int  # forward passes this byte cost the model
+
+
+@dataclass
+class ByteStep(Event):
+    """One byte of a byte-level run (`strategies/byte_level.py`): the ensemble's choice over the 256 bytes
+    and the stop symbol, and what each model's covering tree kept."""
+
+    kind: ClassVar[str] = "byte_step"
+    round: int
+    offset: int  # byte offset in the response where the chosen byte goes
+    chosen: str  # as `ByteCandidate.text`
+    p: float  # the probability it was chosen with
+    combine: str  # mixture | product
+    sampled: bool
+    candidates: list[ByteCandidate]  # the most likely symbols
+    models: list[ByteModelStep]
+
+
+@dataclass
 class TextCommitted(Event):
     kind: ClassVar[str] = "text_committed"
     round: int
@@ -184,7 +218,16 @@ class RunFinished(Event):
 
 EVENT_TYPES = {
     cls.kind: cls
-    for cls in (RunStarted, TokensDrafted, PositionVerified, EnsemblePoint, TextCommitted, DamageMeasured, RunFinished)
+    for cls in (
+        RunStarted,
+        TokensDrafted,
+        PositionVerified,
+        EnsemblePoint,
+        ByteStep,
+        TextCommitted,
+        DamageMeasured,
+        RunFinished,
+    )
 }
 
 

@@ -33,6 +33,7 @@ class Reason(StrEnum):
     INSIDE_CHARACTER = "inside_character"  # unsafe: inside a UTF-8 character
     NO_TEXT = "no_text"  # unsafe: a special token with no text, which no verifier can see
     BOUNDARY_MISSING = "boundary_missing"  # unsafe: some verifier has no token boundary before the token
+    BYTE_LEVEL = "byte_level"  # ensembled byte by byte (the byte-level strategy)
 
     def text(self, models: list[str] | tuple[str, ...] = ()) -> str:
         """The event's `reason` sentence; `models`: the verifiers a missing boundary blocked."""
@@ -61,6 +62,7 @@ _TEXT = {
     Reason.INSIDE_CHARACTER: "inside a character",
     Reason.NO_TEXT: "a special token with no text",
     Reason.BOUNDARY_MISSING: "boundary missing for {models}",
+    Reason.BYTE_LEVEL: "chosen byte by byte",
 }
 _BOUNDARY_PREFIX = _TEXT[Reason.BOUNDARY_MISSING].split("{")[0]
 _BY_TEXT = {text: reason for reason, text in _TEXT.items() if reason is not Reason.BOUNDARY_MISSING}

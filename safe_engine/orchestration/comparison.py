@@ -10,6 +10,7 @@ from ..contract.events import Event, RunFinished, RunStarted
 from ..models.cache import WARM_UP_TEXT, warm_model
 from ..models.loading import LoadedModel
 from ..strategies.decoding import DecodeConfig, decode
+from ..tokenization.canonical import refusal
 from .many_runs import DecodeRequest, decode_many
 
 
@@ -46,6 +47,7 @@ def summarize(events: Sequence[Event], label: str | None = None) -> dict:
         "wall_s": stats["wall_s"],
         "tokens_per_s": stats["tokens_per_s"],
         "overhead_share": stats["overhead_share"],
+        "passes_per_token": stats.get("passes_per_token"),  # traces recorded before it: None
         "stop_reason": finished.stop_reason,
         "temperature": started.config.get("temperature", 0.0),
         "seed": started.config.get("seed"),
@@ -57,7 +59,10 @@ def summarize(events: Sequence[Event], label: str | None = None) -> dict:
 def comparison_plan(
     models: Sequence[LoadedModel], config: DecodeConfig
 ) -> list[tuple[str, Sequence[LoadedModel], DecodeConfig]]:
-    """Each single model, then per-token and SAFE with the configured drafter: (label, models, config)."""
+    """Each single model; ``byte-level`` over the models whose tokenizers it turns into exact byte models (the
+    configured drafter first where it is one of them; no run where it takes none; its run_started event names
+    the models it took); then per-token and SAFE with the configured drafter (last, as the pages take the
+    drafter from the last run): (label, models, config)."""
     plan = [
         (
             f"single:{lm.name}",
@@ -66,6 +71,14 @@ def comparison_plan(
         )
         for lm in models
     ]
+    exact = sorted((i for i, lm in enumerate(models) if refusal(lm.vocab) is None), key=lambda i: i != config.drafter)
+    if exact:
+        chosen = [models[i] for i in exact]
+        weights = config.ensemble.weights
+        ensemble = replace(config.ensemble, weights=tuple(weights[i] for i in exact) if weights else None)
+        plan.append(
+            ("byte-level", chosen, replace(config, strategy="byte-level", drafter=0, ensemble=ensemble, force=()))
+        )
     plan.append(("per-token", models, replace(config, strategy="per-token")))
     plan.append(("safe", models, replace(config, strategy="safe")))
     return plan

@@ -33,6 +33,7 @@ def metrics_frame(summaries: list[dict], views: dict[str, RunView], drafter: str
                 "consensus skips": sum(s["consensus_skips"].values()),
                 "wall s": round(s["wall_s"], 2),
                 "tokens/s": round(s["tokens_per_s"], 2),
+                "passes/token": _rounded(s["stats"].get("passes_per_token")),  # runs recorded before: none
                 "× drafter time": round(relative[s["label"]], 2) if s["label"] in relative else None,
                 "drafter non-canonical": damage.get("non_canonical"),
                 "drafter non-canonical max": damage.get("non_canonical_max"),

@@ -67,6 +67,10 @@ EXPLAINED = {
         "ensembled: the draft was not kept (kept with probability {accept:.2f}), so the ensemble was sampled"
     ),
     Reason.NO_CONSENSUS: "ensembled: no consensus (mean p {mean:.2f} ≤ {threshold:g} and the top tokens differ)",
+    Reason.BYTE_LEVEL: (
+        "ensembled byte by byte: each of its bytes is the ensemble's choice over every model's exact next-byte "
+        "distribution"
+    ),
 }
 # A token whose trace names no reason (hand-made or cut short) is explained by its decision.
 BY_DECISION = {Decision.SKIPPED_OOV: Reason.BOUNDARY_MISSING, Decision.ENSEMBLED: Reason.NO_CONSENSUS}
@@ -115,6 +119,9 @@ def _tip(t: TokenView, view: RunView) -> str:
         lines.append("the first token where this run and the other run of the what-if differ")
     if t.draft:
         lines.append(f"drafter p {t.draft['p']:.3f}")
+    if t.byte_steps:
+        steps = [view.byte_steps[i] for i in t.byte_steps]
+        lines.append("bytes: " + " · ".join(f"{quoted(s['chosen'])} p {s['p']:.3f}" for s in steps))
     for v in (t.verify or {}).get("verifiers", []):
         if v["oov_like"]:
             lines.append(f"{v['model']}: OOV-like")
@@ -168,6 +175,8 @@ def metrics_html(view: RunView) -> str:
         ("tokens/s", _fmt(m["tokens_per_s"], ".1f")),
         ("wall time", _fmt(m["wall_s"], ".1f", " s")),
     ]
+    if view.strategy == "byte-level":
+        cards[1:4] = [("bytes", str(m["bytes"])), ("passes/token", _fmt(m["passes_per_token"], ".1f"))]
     state = f"finished: {m['stop_reason']}" if m["stop_reason"] else "running…"
     prompts = "".join(
         f"<dt>{esc(name)}</dt><dd><pre>{esc(text)}</pre></dd>" for name, text in view.started["prompts"].items()
@@ -268,8 +277,32 @@ def details_html(view: RunView, index: int | None) -> str:
             f"sharpening {esc(point['sharpening'] or 'not needed')}</h4>"
             + _table(["union token"] + [esc(n) for n in names] + ["ensemble", "sharpened"], rows)
         )
+    if t.byte_steps:
+        parts.append(_byte_table(view, t))
     parts.append(_damage_table(view, t))
     return "".join(parts) + "</div>"
+
+
+def _byte_table(view: RunView, t: TokenView) -> str:
+    """Each byte of a byte-level token: the ensemble's choice, each model's own p of it, the covering paths
+    each model kept after it (tokens past its trunk) and the forward passes it cost."""
+    steps = [view.byte_steps[i] for i in t.byte_steps]
+    names = [m["model"] for m in steps[0]["models"]]
+    rows = []
+    for step in steps:
+        own = next((c["per_model"] for c in step["candidates"] if c["text"] == step["chosen"]), {})
+        cells = [esc(quoted(step["chosen"])), f"{step['p']:.3f}"]
+        cells += [_fmt(own.get(n), ".3f") for n in names]
+        cells += [
+            "<br>".join(esc(" ".join(quoted(piece) for piece in path)) or "∅" for path in m["paths"])
+            + f" <small>({m['passes']} pass{'es' if m['passes'] != 1 else ''})</small>"
+            for m in step["models"]
+        ]
+        rows.append(cells)
+    head = ["byte", "ensemble p"] + [f"{esc(n)} p" for n in names] + [f"{esc(n)}: paths kept" for n in names]
+    return f"<h4>bytes chosen ({esc(steps[0]['combine'])} of the models' next-byte distributions)</h4>" + _table(
+        head, rows
+    )
 
 
 def _kl_cell(m: dict) -> str:
@@ -310,6 +343,9 @@ def run_card_html(view: RunView, pinnable: bool = False) -> str:
     )
     if view.strategy == "per-token":
         numbers += f" · <b>OOV-like damage {m['damaged']}</b>"
+    if view.strategy == "byte-level":
+        numbers += f" · {m['bytes']} bytes · <b>{_fmt(m['passes_per_token'], '.1f')} passes/token</b>"
+        numbers += f" · over {esc(', '.join(view.models))}"
     damage = view.damage_summary()
     if damage is not None:
         numbers += f" · drafter non-canonical {damage['non_canonical']} (max {damage['non_canonical_max']})"

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..run.damage import ModelDamage
+from ..tokenization.alignment import EOS_KEY
 
 DAMAGE_KEYS = ("non_canonical", "non_canonical_max", "kl_mean", "kl_max", "kl_sampled")  # the drafter's, from stats
 
@@ -31,6 +32,7 @@ class TokenView:
     draft: dict | None = None  # the DraftToken it was drafted as (p, top_k)
     verify: dict | None = None  # its PositionVerified event
     point: int | None = None  # index of its EnsemblePoint in RunView.points
+    byte_steps: list[int] | None = None  # byte-level: indices in RunView.byte_steps of the bytes that spell it
 
 
 class RunView:
@@ -43,6 +45,7 @@ class RunView:
         self.events: list[dict] = []
         self.tokens: list[TokenView] = []
         self.points: list[dict] = []
+        self.byte_steps: list[dict] = []  # byte-level runs: one ByteStep per byte chosen
         self.commits: list[dict] = []  # tokens, ensembled, elapsed (s since the start) per commit
         self.damage: list[dict] = []  # the damage events, one per commit (none in older traces)
         self.started = started
@@ -51,6 +54,8 @@ class RunView:
         self.diverge: int | None = None  # the first token where this run and its what-if counterpart differ
         self._pending: dict[int, dict] = {}  # id position → details of the round being decided
         self._ids = 0  # drafter ids committed so far
+        self._bytes = 0  # response bytes committed so far (byte-level steps are placed by byte offset)
+        self._next_step = 0  # the first byte step no committed token holds yet
 
     @classmethod
     def of(cls, events: list[dict]) -> RunView:
@@ -72,6 +77,8 @@ class RunView:
         elif kind == "ensemble_point":
             self.points.append(event)
             self._pending.setdefault(event["position"], {})["point"] = len(self.points) - 1
+        elif kind == "byte_step":
+            self.byte_steps.append(event)
         elif kind == "text_committed":
             self._commit(event)
         elif kind == "damage":
@@ -100,6 +107,7 @@ class RunView:
                     draft=info.get("draft"),
                     verify=info.get("verify"),
                     point=point,
+                    byte_steps=self._steps_of(token) if self.byte_steps else None,
                 )
             )
             self._ids += len(token["ids"])
@@ -107,6 +115,21 @@ class RunView:
         self.commits.append(
             {"tokens": len(self.tokens), "ensembled": len(self.points), "elapsed": event.get("elapsed_s")}
         )
+
+    def _steps_of(self, token: dict) -> list[int]:
+        """The byte steps that chose a committed token's bytes (an end token: the step that chose to stop)."""
+        special = token["start"] == token["end"] and not token.get("raw_hex")
+        size = (
+            0 if special else len(bytes.fromhex(token["raw_hex"]) if token.get("raw_hex") else token["text"].encode())
+        )
+        self._bytes += size
+        first = self._next_step
+        steps = self.byte_steps
+        while self._next_step < len(steps) and (
+            steps[self._next_step]["offset"] < self._bytes or special and steps[self._next_step]["chosen"] == EOS_KEY
+        ):
+            self._next_step += 1
+        return list(range(first, self._next_step))
 
     # ------------------------------------------------------------------ what the page shows
     @property
@@ -186,14 +209,15 @@ class RunView:
     def metrics(self) -> dict:
         """Counted from the events, so a run cut short (Stop, a partial trace) still adds up."""
         tokens = len(self.tokens)
+        ensembled = len(self.points) + len(self.byte_steps)  # byte-level: every byte is an ensemble, as its stats count
         if self.finished:
             wall = self.finished["stats"]["wall_s"]
         else:
             wall = next((c["elapsed"] for c in reversed(self.commits) if c["elapsed"] is not None), None)
         return {
             "tokens": tokens,
-            "ensembled": len(self.points),
-            "e_t": len(self.points) / tokens if tokens else 0.0,
+            "ensembled": ensembled,
+            "e_t": ensembled / tokens if tokens else 0.0,
             "replaced": sum(t.changed for t in self.tokens),
             "oov_skips": sum(len(t.oov_like_for) for t in self.tokens if t.decision == "skipped-oov"),
             "consensus_skips": sum(t.decision == "skipped-consensus" for t in self.tokens),
@@ -202,6 +226,8 @@ class RunView:
             "wall_s": wall,
             "tokens_per_s": tokens / wall if wall else None,
             "stop_reason": self.finished["stop_reason"] if self.finished else None,
+            "bytes": len(self.byte_steps),
+            "passes_per_token": (self.finished or {}).get("stats", {}).get("passes_per_token"),
         }
 
 

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from ..contract.config import DecodeConfig
 from ..contract.errors import ConfigError
+from ..tokenization.canonical import refusal
 from .participant import Participant
 
 
@@ -18,8 +19,12 @@ def check_request(models: int, prompt: str, config: DecodeConfig) -> None:
 
 
 def check_context(parts: Sequence[Participant], config: DecodeConfig) -> None:
-    """Each model's prompt, the new tokens and a draft's lookahead fit its context."""
+    """Each model's prompt, the new tokens and a draft's lookahead fit its context; byte-level decoding can
+    turn each model's tokenizer into an exact next-byte model."""
     for part in parts:
+        why = refusal(part.lm.vocab) if config.strategy == "byte-level" else None
+        if why:
+            raise ConfigError(f"{part.name}: {why}")
         limit = part.lm.context_length  # None: the model does not say
         if limit and len(part.prompt_ids) + config.max_new_tokens + config.lookahead > limit:
             raise ConfigError(

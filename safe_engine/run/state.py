@@ -66,6 +66,7 @@ class Run:
             self.drafter.name, [v.name for v in self.verifiers], config.damage_kl_steps, self.stats
         )
         self.committed_texts: list[str] = []  # every committed token's text (degeneration measures)
+        self.strategy_state: object = None  # what a strategy keeps between its rounds (byte-level's trees)
         self._last_commit: TextCommitted | None = None
         self.started = time.perf_counter()
         self.stop_reason = StopReason.MAX_NEW_TOKENS

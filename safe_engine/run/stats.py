@@ -59,6 +59,11 @@ class RunStats:
         return self.tokens / self.wall_s if self.wall_s else 0.0
 
     @property
+    def passes_per_token(self) -> float:
+        """Forward passes of all the models per committed token (byte-level: about bytes per token each)."""
+        return sum(entry["passes"] for entry in self.forward.values()) / self.tokens if self.tokens else 0.0
+
+    @property
     def forward_s(self) -> float:
         return sum(entry["seconds"] for entry in self.forward.values())
 
@@ -73,6 +78,7 @@ class RunStats:
             e_t=self.e_t,
             tokens_per_s=self.tokens_per_s,
             forward_s=self.forward_s,
+            passes_per_token=self.passes_per_token,
             overhead_share=self.overhead_share,
         )
         return out

@@ -4,6 +4,7 @@
 - ``per-token``: UniTE at every step (`per_token.py`): every model runs every step, the baseline whose
   collapse the paper reports.
 - ``safe``: Generate → Verify → Ensemble (`safe.py`): the paper's algorithm, ``exact`` by default.
+- ``byte-level``: every model as an exact next-byte model, combined byte by byte (`byte_level.py`).
 
 Every strategy decodes greedily, or samples with a temperature, top-p and seed (`sampling.py`).
 """
@@ -21,6 +22,7 @@ from ..models.loading import LoadedModel
 from ..run.piece import Piece
 from ..run.state import Run
 from ..runtime.scheduler import ActiveRun
+from .byte_level import byte_level_step
 from .per_token import per_token_step
 from .safe import safe_round
 
@@ -48,6 +50,7 @@ STEPS: dict[str, Callable[[Run], Iterator[Event]]] = {
     "single": single_round,
     "per-token": per_token_step,
     "safe": safe_round,
+    "byte-level": byte_level_step,
 }
 assert tuple(STEPS) == STRATEGIES
 

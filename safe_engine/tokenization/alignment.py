@@ -37,6 +37,12 @@ def _gpt2_unicode_to_byte() -> dict[str, int]:
 
 
 _UNICODE_TO_BYTE = _gpt2_unicode_to_byte()
+_BYTE_TO_UNICODE = {b: c for c, b in _UNICODE_TO_BYTE.items()}
+
+
+def gpt2_chars(raw: bytes) -> str:
+    """Bytes in byte-level BPE's printable stand-in characters (what its BPE model reads)."""
+    return "".join(_BYTE_TO_UNICODE[b] for b in raw)
 
 
 def _backend_spec(tokenizer) -> dict | None:
@@ -137,6 +143,17 @@ class TokenBytes:
                 return ids, encoding.get("offset_mapping")
         encoding = self._reader.encode(text, add_special_tokens=False)
         return encoding.ids, encoding.offsets
+
+    @property
+    def fast(self) -> bool:
+        """A fast (Rust) tokenizer, whose pipeline is known."""
+        return self._fast
+
+    def read_many(self, texts: Sequence[str]) -> list[list[int]]:
+        """`read`'s ids of many texts, in one batch where the tokenizer is fast. Raises as `read` does."""
+        if not self._fast:
+            return [self.read(text)[0] for text in texts]
+        return [encoding.ids for encoding in self._reader.encode_batch(list(texts), add_special_tokens=False)]
 
     @cached_property
     def _reader(self):
