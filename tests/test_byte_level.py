@@ -240,14 +240,12 @@ def test_the_page_and_a_replayed_trace_show_each_tokens_bytes_escaped(pair, tmp_
     assert "passes/token" in run_page(events).html()
 
 
-def test_compare_gives_byte_level_its_own_column_over_the_models_it_can_read(pair, tmp_path):
-    labels = [label for label, _, _ in comparison_plan(pair, DecodeConfig())]
-    assert labels == ["single:a", "single:b", "byte-level", "per-token", "safe"]
+def test_compare_gives_byte_level_its_own_column_when_it_can_read_every_model(pair, tmp_path):
+    plan = comparison_plan(pair, DecodeConfig(force=((0, "x"),)))
+    assert [label for label, _, _ in plan] == ["single:a", "single:b", "byte-level", "per-token", "safe"]
+    assert plan[2][1] == pair and plan[2][2].force == ()
     refused = tiny_model(tmp_path / "sp", unigram_tokenizer(["the"]), layers=1)
-    plan = comparison_plan([refused, pair[1]], DecodeConfig(force=((0, "x"),)))
-    byte_level = [(label, models, config) for label, models, config in plan if label.startswith("byte-level")]
-    assert [(label, models) for label, models, _ in byte_level] == [("byte-level", [pair[1]])]
-    assert byte_level[0][2].force == ()
+    assert "byte-level" not in [label for label, _, _ in comparison_plan([refused, pair[1]], DecodeConfig())]
 
 
 @pytest.mark.real_models

@@ -59,10 +59,9 @@ def summarize(events: Sequence[Event], label: str | None = None) -> dict:
 def comparison_plan(
     models: Sequence[LoadedModel], config: DecodeConfig
 ) -> list[tuple[str, Sequence[LoadedModel], DecodeConfig]]:
-    """Each single model; ``byte-level`` over the models whose tokenizers it turns into exact byte models (the
-    configured drafter first where it is one of them; no run where it takes none; its run_started event names
-    the models it took); then per-token and SAFE with the configured drafter (last, as the pages take the
-    drafter from the last run): (label, models, config)."""
+    """Each single model; ``byte-level`` when every model's tokenizer turns into an exact byte model (a run over
+    only some of them would be no ensemble, at several passes per token); then per-token and SAFE with the
+    configured drafter (last, as the pages take the drafter from the last run): (label, models, config)."""
     plan = [
         (
             f"single:{lm.name}",
@@ -71,14 +70,8 @@ def comparison_plan(
         )
         for lm in models
     ]
-    exact = sorted((i for i, lm in enumerate(models) if refusal(lm.vocab) is None), key=lambda i: i != config.drafter)
-    if exact:
-        chosen = [models[i] for i in exact]
-        weights = config.ensemble.weights
-        ensemble = replace(config.ensemble, weights=tuple(weights[i] for i in exact) if weights else None)
-        plan.append(
-            ("byte-level", chosen, replace(config, strategy="byte-level", drafter=0, ensemble=ensemble, force=()))
-        )
+    if all(refusal(lm.vocab) is None for lm in models):
+        plan.append(("byte-level", models, replace(config, strategy="byte-level", force=())))
     plan.append(("per-token", models, replace(config, strategy="per-token")))
     plan.append(("safe", models, replace(config, strategy="safe")))
     return plan
