@@ -7,9 +7,6 @@ ensemble before sharpening and, when sharpening ran, after it — the UI shows a
 
 from __future__ import annotations
 
-import threading
-import weakref
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -18,6 +15,7 @@ import torch
 from ..contract.config import EnsembleConfig
 from ..models.loading import LoadedModel
 from ..tokenization.alignment import EOS_KEY, TokenBytes
+from .model_tuples import ModelTupleCache
 
 Key = bytes | str
 
@@ -115,54 +113,14 @@ def gac_union(views: Sequence[ModelView], config: EnsembleConfig) -> tuple[list[
     return [union_keys[i] for i in order], full[:, order]
 
 
-class VocabUnionCache:
-    """The vocabulary unions of the last few model tuples (`size`), held only while their models live.
-
-    An entry is keyed by the models' id()s and keeps weak references to them: it is served only to the very
-    same models (a tuple of later models that reuse freed ids is computed afresh) and is dropped once one of
-    its models is gone, at the next look-up; the least recently used goes past `size`."""
-
-    def __init__(self, size: int = 4):
-        self.size = size
-        self._entries: OrderedDict[tuple[int, ...], tuple[tuple[weakref.ref, ...], list[Key], list[torch.Tensor]]]
-        self._entries = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, lms: tuple[LoadedModel, ...]) -> tuple[list[Key], list[torch.Tensor]]:
-        """The union of the models' vocabularies by string, and each vocabulary id's place in it."""
-        key = tuple(id(lm) for lm in lms)
-        with self._lock:
-            for k in [k for k, (refs, _, _) in self._entries.items() if any(ref() is None for ref in refs)]:
-                del self._entries[k]  # one of its models was freed: its ids may come back on other models
-            entry = self._entries.get(key)
-            if entry is not None and all(ref() is lm for ref, lm in zip(entry[0], lms)):
-                self._entries.move_to_end(key)
-                return entry[1], entry[2]
-        keys, targets = _union_of(lms)
-        try:
-            refs = tuple(weakref.ref(lm) for lm in lms)
-        except TypeError:  # a model object that takes no weak reference: not cached
-            return keys, targets
-        with self._lock:
-            self._entries[key] = (refs, keys, targets)
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.size:
-                self._entries.popitem(last=False)
-        return keys, targets
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._entries)
-
-
-def _union_of(lms: tuple[LoadedModel, ...]) -> tuple[list[Key], list[torch.Tensor]]:
+def vocabulary_union(lms: tuple[LoadedModel, ...]) -> tuple[list[Key], list[torch.Tensor]]:
     """The union of the models' vocabularies by string, and each vocabulary id's place in it."""
     index: dict[Key, int] = {}
     targets = [torch.tensor([index.setdefault(lm.key_of(i), len(index)) for i in range(len(lm.vocab))]) for lm in lms]
     return list(index), targets
 
 
-VOCAB_UNIONS = VocabUnionCache()
+VOCAB_UNIONS = ModelTupleCache(vocabulary_union)
 """The unions `gac_union` reads: GaC maps every model's full distribution onto its models' union."""
 
 
