@@ -61,6 +61,11 @@ class RunSettings:
     damage_kl_steps: float | None
     overlap: str  # a TOGGLES key
     consensus_threshold: float | None
+    core_score: str
+    core_beta: float | None
+    core_alpha: float | None
+    eva_top: float | None
+    eva_drop: float | None
 
     @staticmethod
     def defaults(specs: Sequence[str], strategy: str = "safe", max_new_tokens: int = 48) -> RunSettings:
