@@ -241,6 +241,28 @@ def test_eva_decides_in_the_drafters_vocabulary(monkeypatch):
     assert z.model == "b" and z.p == pytest.approx(0.9) and [(t.text, t.p) for t in z.targets] == [("y", 1.0)]
 
 
+# ---------------------------------------------------------------- the pages show what the methods did
+def test_the_details_and_tips_show_cores_weights_and_evas_mapping_escaped(monkeypatch):
+    """The pinned details and the hover tip of an ensembled token, from the events as a trace holds them;
+    model output in the methods' fields is escaped."""
+    from safe_engine.pages.transcript import details_html, transcript_html
+    from safe_engine.pages.view import RunView
+
+    models = scripted("a", [], CORE_DRAFTER, P), scripted("b", [], CORE_VERIFIER, P)
+    events = [e.to_dict() for e in run(models, CORE)]
+    point = next(e for e in events if e["kind"] == "ensemble_point")
+    point["table"][0]["text"] = "<b>y"
+    point["mapped"] = [{"model": "b", "text": "<i>z", "p": 0.9, "targets": [{"text": "<u>y", "p": 1.0}]}]
+    point["joined"] = ["a"]
+    view = RunView.of(events)
+    details = details_html(view, 0)
+    assert "CoRE's model weights (after the anchor clip): a 0.500, b 0.500" in details and "score b" in details
+    assert "&lt;b&gt;y" in details and "&lt;i&gt;z" in details and "&lt;u&gt;y" in details
+    assert "<b>y" not in details and "<i>z" not in details and "<u>y" not in details
+    tip = transcript_html(view)
+    assert "CoRE weighed the models by consistency: a 0.50, b 0.50" in tip and "EVA left b out" in tip
+
+
 # ---------------------------------------------------------------- the embedded pair
 @pytest.mark.real_models
 @pytest.mark.parametrize("method", ["core", "eva"])
