@@ -64,6 +64,11 @@ class LiveTab:
                     sharpen_lambda = widget("sharpen_lambda")
                     with gr.Accordion("More options", open=False):
                         ensemble_method = widget("ensemble_method")
+                        core_score = widget("core_score")
+                        core_beta = widget("core_beta")
+                        core_alpha = widget("core_alpha")
+                        eva_top = widget("eva_top", number=True)
+                        eva_drop = widget("eva_drop")
                         weights = widget("weights", label="Weights (one per model; empty: equal)", elem_id="weights")
                         gate = widget("gate")
                         safe_mode = widget("safe_mode")
@@ -110,6 +115,11 @@ class LiveTab:
             overlap=overlap,
             consensus_threshold=consensus_threshold,
             byte_combine=byte_combine,
+            core_score=core_score,
+            core_beta=core_beta,
+            core_alpha=core_alpha,
+            eva_top=eva_top,
+            eva_drop=eva_drop,
         )
         self.models = models
         models.change(

@@ -62,6 +62,11 @@ class RunSettings:
     overlap: str  # a TOGGLES key
     consensus_threshold: float | None
     byte_combine: str
+    core_score: str
+    core_beta: float | None
+    core_alpha: float | None
+    eva_top: float | None
+    eva_drop: float | None
 
     @staticmethod
     def defaults(specs: Sequence[str], strategy: str = "safe", max_new_tokens: int = 48) -> RunSettings:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from .bench.grid import GridPoint
 from .contract.config import (
     BYTE_COMBINES,
+    CORE_SCORES,
     METHODS,
     PER_TOKEN_COMMITS,
     SAFE_MODES,
@@ -221,6 +222,50 @@ DECODING_OPTIONS = (
         step=0.01,
     ),
     Option(
+        "core_score",
+        default=ENSEMBLE.core_score,
+        choices=CORE_SCORES,
+        help="CoRE: how a model's distance to the models' mean scores a token (rbf: the paper's default)",
+        label="CoRE score",
+    ),
+    Option(
+        "core_beta",
+        type=float,
+        default=ENSEMBLE.core_beta,
+        help="CoRE: the rbf score's sharpness β (the paper's %(default)s)",
+        label="CoRE β",
+        bounds=(0.1, 20),
+        step=0.1,
+    ),
+    Option(
+        "core_alpha",
+        type=float,
+        default=ENSEMBLE.core_alpha,
+        help="CoRE: the power score's exponent α (the paper's %(default)s)",
+        label="CoRE α",
+        bounds=(0.5, 20),
+        step=0.5,
+    ),
+    Option(
+        "eva_top",
+        type=int,
+        default=ENSEMBLE.eva_top,
+        help="EVA: each model's top tokens kept before mapping (the paper's %(default)s)",
+        label="EVA top tokens",
+        bounds=(1, 2000),
+        step=1,
+    ),
+    Option(
+        "eva_drop",
+        type=int,
+        default=ENSEMBLE.eva_drop,
+        help="EVA: a model joins the average only if its top token is in another model's top N "
+        "(the paper's %(default)s)",
+        label="EVA drop filter",
+        bounds=(1, 50),
+        step=1,
+    ),
+    Option(
         "weights", "values", type=float, metavar="W", help="one weight per model, in the models' order", label="Weights"
     ),
     Option("safe_mode", default=DEFAULTS.safe_mode, choices=SAFE_MODES, help=SAFE_MODE_HELP, label="SAFE mode"),
@@ -416,6 +461,11 @@ def decoding_config(args: argparse.Namespace, strategy: str | None = None) -> De
         sharpen=args.sharpen,
         sharpen_lambda=args.sharpen_lambda,
         gate=args.gate,
+        core_score=args.core_score,
+        core_beta=args.core_beta,
+        core_alpha=args.core_alpha,
+        eva_top=args.eva_top,
+        eva_drop=args.eva_drop,
     )
     config = DecodeConfig(
         strategy=strategy or args.strategy,

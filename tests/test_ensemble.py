@@ -11,12 +11,13 @@ from tiny_models import unigram_tokenizer
 from safe_engine.contract.config import EnsembleConfig
 from safe_engine.decisions.ensemble import (
     ModelView,
-    VocabUnionCache,
     ensemble,
     first_subtoken,
     sharpen_geometric,
     sharpen_heuristic,
+    vocabulary_union,
 )
+from safe_engine.decisions.model_tuples import ModelTupleCache
 from safe_engine.models.loading import LoadedModel
 
 WORDS = [" So", " Sofia", " Sol", " Paris", " Rome", " Lima", " Oslo", " Bern"]
@@ -121,7 +122,7 @@ def test_the_vocabulary_unions_are_few_and_only_for_their_own_models(pair):
     """The cache keeps the last `size` model tuples; a union is served only to the models it was made for,
     never to later models that took a freed model's id(); a freed model's entries go."""
     a, b = pair
-    cache = VocabUnionCache(size=2)
+    cache = ModelTupleCache(vocabulary_union, size=2)
     keys, _ = cache.get((a, b))
     assert cache.get((a, b))[0] is keys and cache.get((b, a))[0] is not keys and len(cache) == 2
     c = tokenizer_only(unigram_tokenizer(WORDS[:3]), "c")

@@ -6,18 +6,26 @@ from dataclasses import dataclass, field
 
 from .errors import ConfigError
 
-METHODS = ("unite", "topk", "gac")
+METHODS = ("unite", "topk", "gac", "core", "eva")
 SHARPENING = ("heuristic", "geometric", "none")
+CORE_SCORES = ("rbf", "linear", "power")  # CoRE's token consistency f(δ) (decisions/core.py)
 
 
 @dataclass(frozen=True)
 class EnsembleConfig:
-    method: str = "unite"  # unite: top-k union + first-sub-token fill | topk: no fill | gac: full vocabulary
+    # unite: top-k union + first-sub-token fill | topk: no fill | gac: full vocabulary | core: UniTE's union
+    # reweighted by consistency (CoRE) | eva: the assisting models mapped into the drafter's vocabulary (EVA)
+    method: str = "unite"
     top_k: int = 10
     weights: tuple[float, ...] | None = None  # one per model, in the order the models are given; None = equal
     sharpen: str = "heuristic"
     sharpen_lambda: float = 0.1
     gate: bool | None = None  # ensemble only where the drafter's top p < 0.5; None = on for GaC only (the paper's GaC)
+    core_score: str = "rbf"  # CoRE's f(δ): rbf (the paper's default), linear or power
+    core_beta: float = 2.0  # CoRE's rbf sharpness β
+    core_alpha: float = 5.0  # CoRE's power exponent α
+    eva_top: int = 320  # EVA: each model's top tokens softmaxed before mapping
+    eva_drop: int = 5  # EVA: a model joins if its top token is in another's top eva_drop
 
     @property
     def gated(self) -> bool:
@@ -73,6 +81,11 @@ class DecodeConfig:
             (ens.sharpen in SHARPENING, f"sharpening must be one of {', '.join(SHARPENING)}"),
             (1 <= ens.top_k <= 1000, "top-k must be 1..1000"),
             (0 < ens.sharpen_lambda < 1, "sharpening lambda must be in (0, 1)"),
+            (ens.core_score in CORE_SCORES, f"CoRE's score must be one of {', '.join(CORE_SCORES)}"),
+            (0 < ens.core_beta <= 100, "CoRE's beta must be in (0, 100]"),
+            (0 < ens.core_alpha <= 100, "CoRE's alpha must be in (0, 100]"),
+            (1 <= ens.eva_top <= 100_000, "EVA's top must be 1..100000"),
+            (1 <= ens.eva_drop <= 1000, "EVA's drop must be 1..1000"),
             (0 <= self.temperature <= 10, "temperature must be 0 (greedy) to 10"),
             (0 < self.top_p <= 1, "top-p must be in (0, 1]"),
             (self.seed is None or 0 <= self.seed < 2**63, "the seed must be a whole number ≥ 0"),

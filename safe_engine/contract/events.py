@@ -76,6 +76,19 @@ class UnionRow:
     before: float
     after: float | None
     raw_hex: str | None = None  # the bytes where `text` shows them as <0xNN>
+    scores: dict[str, float] | None = None  # CoRE: each model's token score for this candidate (mean 1 on support)
+
+
+@dataclass
+class MappedCandidate:
+    """EVA: one of an assisting model's top tokens and the drafter's tokens the vocabulary alignment maps it
+    to (`targets`: each target's `p` is the alignment's weight, not a probability)."""
+
+    model: str
+    text: str
+    p: float  # the assisting model's probability of it
+    targets: list[Candidate]
+    raw_hex: str | None = None
 
 
 @dataclass
@@ -150,6 +163,9 @@ class EnsemblePoint(Event):
     sharpening: str | None  # the method that ran, None when the ensemble was not too smooth
     table: list[UnionRow]
     sampled: bool = False  # the choice was drawn from the (sharpened) ensemble distribution, not its argmax
+    model_weights: dict[str, float] | None = None  # CoRE: each model's weight after the anchor clip (sum 1)
+    joined: list[str] | None = None  # EVA: the models whose top token passed the drop filter and joined the mean
+    mapped: list[MappedCandidate] | None = None  # EVA: the assisting models' top tokens and where they map
 
 
 @dataclass

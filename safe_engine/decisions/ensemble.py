@@ -1,23 +1,25 @@
 """Ensemble distributions over models with different vocabularies, and SAFE's sharpening.
 
-Tokens are matched across models by the bytes they spell (`LoadedModel.key_of`). Every method returns
+Tokens are matched across models by the bytes they spell (`LoadedModel.key_of`), except by EVA, which
+maps them through a learned alignment into the drafter's vocabulary (`eva.py`). Every method returns
 an `EnsembleResult` that keeps the union table: each model's probability of each candidate string, the
 ensemble before sharpening and, when sharpening ran, after it — the UI shows all three.
 """
 
 from __future__ import annotations
 
-import threading
-import weakref
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
-from ..contract.config import EnsembleConfig
+from ..contract.config import TOP_K_SHOWN, EnsembleConfig
 from ..models.loading import LoadedModel
+from ..models.vocab_alignment import VocabAlignment, vocab_alignment
 from ..tokenization.alignment import EOS_KEY, TokenBytes
+from .core import CoreScores, core_mix, core_scores
+from .eva import MappedToken, eva_mix, mapped_tokens
+from .model_tuples import ModelTupleCache
 
 Key = bytes | str
 
@@ -38,6 +40,9 @@ class EnsembleResult:
     before: torch.Tensor  # [union]: weighted mean, before sharpening
     after: torch.Tensor | None  # [union]: after sharpening, None if it did not run
     chosen: Key
+    core: CoreScores | None = None  # CoRE's weights and token scores (method core)
+    joined: list[bool] | None = None  # EVA: which models joined the mean (method eva)
+    mapped: list[MappedToken] | None = None  # EVA: the assisting models' top tokens and their main tokens
 
     @property
     def final(self) -> torch.Tensor:
@@ -88,7 +93,7 @@ def unite_union(views: Sequence[ModelView], config: EnsembleConfig) -> tuple[lis
     """UniTE: union of each model's top-k strings, softmax over that subset per model."""
     tops = [top_keys(view, config.top_k) for view in views]
     keys = list(dict.fromkeys(key for top in tops for key in top))
-    fill = config.method == "unite"
+    fill = config.method in ("unite", "core")  # CoRE reweights UniTE's union
     rows = []
     for view, top in zip(views, tops):
         logits = [view.logits[top[k]].item() if k in top else _logit_of(view, k, fill) for k in keys]
@@ -115,55 +120,59 @@ def gac_union(views: Sequence[ModelView], config: EnsembleConfig) -> tuple[list[
     return [union_keys[i] for i in order], full[:, order]
 
 
-class VocabUnionCache:
-    """The vocabulary unions of the last few model tuples (`size`), held only while their models live.
-
-    An entry is keyed by the models' id()s and keeps weak references to them: it is served only to the very
-    same models (a tuple of later models that reuse freed ids is computed afresh) and is dropped once one of
-    its models is gone, at the next look-up; the least recently used goes past `size`."""
-
-    def __init__(self, size: int = 4):
-        self.size = size
-        self._entries: OrderedDict[tuple[int, ...], tuple[tuple[weakref.ref, ...], list[Key], list[torch.Tensor]]]
-        self._entries = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, lms: tuple[LoadedModel, ...]) -> tuple[list[Key], list[torch.Tensor]]:
-        """The union of the models' vocabularies by string, and each vocabulary id's place in it."""
-        key = tuple(id(lm) for lm in lms)
-        with self._lock:
-            for k in [k for k, (refs, _, _) in self._entries.items() if any(ref() is None for ref in refs)]:
-                del self._entries[k]  # one of its models was freed: its ids may come back on other models
-            entry = self._entries.get(key)
-            if entry is not None and all(ref() is lm for ref, lm in zip(entry[0], lms)):
-                self._entries.move_to_end(key)
-                return entry[1], entry[2]
-        keys, targets = _union_of(lms)
-        try:
-            refs = tuple(weakref.ref(lm) for lm in lms)
-        except TypeError:  # a model object that takes no weak reference: not cached
-            return keys, targets
-        with self._lock:
-            self._entries[key] = (refs, keys, targets)
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.size:
-                self._entries.popitem(last=False)
-        return keys, targets
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._entries)
-
-
-def _union_of(lms: tuple[LoadedModel, ...]) -> tuple[list[Key], list[torch.Tensor]]:
+def vocabulary_union(lms: tuple[LoadedModel, ...]) -> tuple[list[Key], list[torch.Tensor]]:
     """The union of the models' vocabularies by string, and each vocabulary id's place in it."""
     index: dict[Key, int] = {}
     targets = [torch.tensor([index.setdefault(lm.key_of(i), len(index)) for i in range(len(lm.vocab))]) for lm in lms]
     return list(index), targets
 
 
-VOCAB_UNIONS = VocabUnionCache()
+VOCAB_UNIONS = ModelTupleCache(vocabulary_union)
 """The unions `gac_union` reads: GaC maps every model's full distribution onto its models' union."""
+
+ALIGNMENTS: ModelTupleCache[VocabAlignment] = ModelTupleCache(lambda lms: vocab_alignment(*lms))
+"""EVA's alignments by (main model, assisting model), read from disk or built once (`models.vocab_alignment`)."""
+
+
+def eva_union(views: Sequence[ModelView], config: EnsembleConfig) -> EnsembleResult:
+    """EVA over the drafter's vocabulary, views[0] its main model. The table keeps the tokens that matter (each
+    model's top-k and the mean's top-k, one row per string), the mean's argmax among them."""
+    main = views[0].lm
+    alignments = [ALIGNMENTS.get((main, view.lm)) for view in views[1:]]
+    logits = [view.logits for view in views]
+    mix = eva_mix(logits, alignments, len(main.vocab), _weights(views), config)
+    keep = set(torch.topk(mix.mean, config.top_k).indices.tolist())
+    for row in mix.rows:
+        top = torch.topk(row, config.top_k)
+        keep |= {i for i, p in zip(top.indices.tolist(), top.values.tolist()) if p > 0}
+    columns: dict[Key, list[int]] = {}
+    for i in sorted(keep, key=lambda i: -mix.mean[i].item()):
+        columns.setdefault(main.key_of(i), []).append(i)
+    keys = list(columns)
+    per_model = torch.stack([mix.rows[:, ids].sum(1) for ids in columns.values()], dim=1)
+    before = torch.stack([mix.mean[ids].sum() for ids in columns.values()])
+    shown = mapped_tokens(logits, alignments, TOP_K_SHOWN, config.eva_top)
+    chosen = keys[int(torch.argmax(before))]
+    return EnsembleResult(keys, per_model, before, None, chosen, joined=mix.joined, mapped=shown)
+
+
+def core_union(views: Sequence[ModelView], config: EnsembleConfig) -> EnsembleResult:
+    """CoRE over UniTE's union: the models' consistency weights and token scores, and their mix."""
+    keys, per_model = unite_union(views, config)
+    scores = core_scores(per_model, _weights(views), config)
+    mix = core_mix(per_model, scores)
+    return EnsembleResult(keys, per_model, mix, None, keys[int(torch.argmax(mix))], core=scores)
+
+
+def mean_union(views: Sequence[ModelView], config: EnsembleConfig) -> EnsembleResult:
+    """UniTE, top-k or GaC: the union and the models' weighted mean over it."""
+    union = gac_union if config.method == "gac" else unite_union
+    keys, per_model = union(views, config)
+    before = _weights(views) @ per_model
+    return EnsembleResult(keys, per_model, before, None, keys[int(torch.argmax(before))])
+
+
+MIXES = {"core": core_union, "eva": eva_union}
 
 
 def sharpen_heuristic(keys: Sequence[Key], probs: torch.Tensor, anchors: Sequence[Key], lam: float) -> torch.Tensor:
@@ -192,20 +201,18 @@ def sharpen_geometric(per_model: torch.Tensor, weights: torch.Tensor) -> torch.T
 
 
 def ensemble(views: Sequence[ModelView], config: EnsembleConfig) -> EnsembleResult:
-    """Ensemble distribution and its argmax; views[0] is the drafter (its top-k anchors sharpening).
+    """Ensemble distribution and its argmax; views[0] is the drafter (its top-k anchors sharpening, and it is
+    CoRE's anchor and EVA's main model).
 
     The weights are the views' own (`config.weights` is in the user's model order; the run maps it).
     """
-    union = gac_union if config.method == "gac" else unite_union
-    keys, per_model = union(views, config)
-    weights = _weights(views)
-    before = weights @ per_model
-    after = None
-    if config.sharpen != "none" and before.max().item() < 0.5:
+    result = MIXES.get(config.method, mean_union)(views, config)
+    if config.sharpen != "none" and result.before.max().item() < 0.5:
         if config.sharpen == "heuristic":
             anchors = list(top_keys(views[0], config.top_k))
-            after = sharpen_heuristic(keys, before, anchors, config.sharpen_lambda)
+            result.after = sharpen_heuristic(result.keys, result.before, anchors, config.sharpen_lambda)
         else:
-            after = sharpen_geometric(per_model, weights)
-    final = before if after is None else after
-    return EnsembleResult(keys, per_model, before, after, keys[int(torch.argmax(final))])
+            weights = _weights(views) if result.core is None else result.core.weights
+            result.after = sharpen_geometric(result.per_model, weights)
+    result.chosen = result.keys[int(torch.argmax(result.final))]
+    return result

@@ -108,9 +108,23 @@ def why(t: TokenView, view: RunView) -> str:
             text += "; the ensemble kept the drafter's token"
         if point["sharpening"]:
             text += f"; sharpened ({point['sharpening']}) because the ensemble was too flat (max p < 0.5)"
+        text += method_note(point, view.models)
     if t.oov_like_for and t.decision != Decision.SKIPPED_OOV:
         text += f"; OOV-like for {', '.join(t.oov_like_for)}: its tokenizer would not split the text here"
     return text
+
+
+def method_note(point: dict, models: list[str]) -> str:
+    """What CoRE or EVA did at an ensemble point, as a clause of `why` (empty for the other methods and for
+    traces recorded before the methods' fields)."""
+    note = ""
+    if point.get("model_weights"):
+        weights = ", ".join(f"{name} {w:.2f}" for name, w in point["model_weights"].items())
+        note += f"; CoRE weighed the models by consistency: {weights}"
+    if point.get("joined") is not None:
+        left_out = [name for name in models if name not in point["joined"]]
+        note += f"; EVA left {', '.join(left_out)} out (its top token is in no other model's top)" if left_out else ""
+    return note
 
 
 def _tip(t: TokenView, view: RunView) -> str:
@@ -264,19 +278,7 @@ def details_html(view: RunView, index: int | None) -> str:
             f"({esc(t.verify['reason'] or '')})</p>"
         )
     if t.point is not None:
-        point = view.points[t.point]
-        names = list(point["table"][0]["per_model"]) if point["table"] else []
-        rows = [
-            [esc(quoted(r["text"]))]
-            + [f"{r['per_model'][n]:.3f}" for n in names]
-            + [f"{r['before']:.3f}", _fmt(r["after"], ".3f")]
-            for r in point["table"][:8]
-        ]
-        parts.append(
-            f"<h4>ensemble ({esc(point['method'])}): chose {esc(quoted(point['chosen']))}, "
-            f"sharpening {esc(point['sharpening'] or 'not needed')}</h4>"
-            + _table(["union token"] + [esc(n) for n in names] + ["ensemble", "sharpened"], rows)
-        )
+        parts.append(_ensemble_tables(view.points[t.point]))
     if t.byte_steps:
         parts.append(_byte_table(view, t))
     parts.append(_damage_table(view, t))
@@ -303,6 +305,51 @@ def _byte_table(view: RunView, t: TokenView) -> str:
     return f"<h4>bytes chosen ({esc(steps[0]['combine'])} of the models' next-byte distributions)</h4>" + _table(
         head, rows
     )
+
+
+def _ensemble_tables(point: dict) -> str:
+    """An ensemble point's union table (with CoRE's token scores when it ran) and EVA's mapped tokens."""
+    table = point["table"][:8]
+    names = list(table[0]["per_model"]) if table else []
+    scored = [n for n in names if table and table[0].get("scores")]
+    rows = [
+        [esc(quoted(r["text"]))]
+        + [f"{r['per_model'][n]:.3f}" for n in names]
+        + [f"{r['scores'][n]:.2f}" for n in scored]
+        + [f"{r['before']:.3f}", _fmt(r["after"], ".3f")]
+        for r in table
+    ]
+    weights = point.get("model_weights")
+    head = ["union token"] + [esc(n) for n in names] + [f"score {esc(n)}" for n in scored] + ["ensemble", "sharpened"]
+    html = (
+        f"<h4>ensemble ({esc(point['method'])}): chose {esc(quoted(point['chosen']))}, "
+        f"sharpening {esc(point['sharpening'] or 'not needed')}</h4>"
+        + (
+            "<p>CoRE's model weights (after the anchor clip): "
+            + esc(", ".join(f"{name} {w:.3f}" for name, w in weights.items()))
+            + "; a score is a model's token consistency (1 on average over its candidates)</p>"
+            if weights
+            else ""
+        )
+        + _table(head, rows)
+    )
+    mapped = point.get("mapped")
+    if mapped:
+        rows = [
+            [
+                esc(m["model"]),
+                esc(quoted(m["text"])),
+                f"{m['p']:.3f}",
+                esc(", ".join(f"{quoted(c['text'])} {c['p']:.2f}" for c in m["targets"]) or "nothing"),
+            ]
+            for m in mapped
+        ]
+        joined = ", ".join(point.get("joined") or [])
+        html += (
+            f"<h4>EVA: the assisting models' top tokens in the drafter's vocabulary (joined the mean: {esc(joined)})"
+            "</h4>" + _table(["model", "token", "p", "maps to (alignment weight)"], rows)
+        )
+    return html
 
 
 def _kl_cell(m: dict) -> str:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import torch
 
 from ..contract.config import TOP_K_SHOWN
-from ..contract.events import Candidate, CommittedToken, DraftToken, UnionRow
+from ..contract.events import Candidate, CommittedToken, DraftToken, MappedCandidate, UnionRow
 from ..decisions.ensemble import EnsembleResult, Key
 from ..models.loading import LoadedModel
 from ..tokenization.alignment import CharIndex, display_piece
@@ -58,6 +58,7 @@ def drafted_tokens(lm: LoadedModel, draft: Draft, start: int, index: CharIndex) 
 def union_table(result: EnsembleResult, names: Sequence[str]) -> list[UnionRow]:
     """The ensemble's union as rows, the most likely first (after sharpening, where it ran); `names`: the
     models in the order of the ensemble's views."""
+    scores = None if result.core is None else result.core.token_scores
     table = [
         UnionRow(
             text=key_text(key),
@@ -65,11 +66,34 @@ def union_table(result: EnsembleResult, names: Sequence[str]) -> list[UnionRow]:
             before=result.before[i].item(),
             after=None if result.after is None else result.after[i].item(),
             raw_hex=raw_hex(key),
+            scores=None if scores is None else {name: scores[m, i].item() for m, name in enumerate(names)},
         )
         for i, key in enumerate(result.keys)
     ]
     table.sort(key=lambda row: -(row.after if row.after is not None else row.before))
     return table
+
+
+def method_values(result: EnsembleResult, lms: Sequence[LoadedModel], names: Sequence[str]) -> dict:
+    """What CoRE or EVA did at the point, as `EnsemblePoint`'s fields (none for the other methods); `lms` and
+    `names`: the models in the order of the ensemble's views."""
+    values: dict = {}
+    if result.core is not None:
+        values["model_weights"] = dict(zip(names, result.core.weights.tolist()))
+    if result.joined is not None:
+        values["joined"] = [name for name, joined in zip(names, result.joined) if joined]
+    if result.mapped is not None:
+        values["mapped"] = [
+            MappedCandidate(
+                model=names[m.model],
+                text=key_text(lms[m.model].key_of(m.token)),
+                p=m.p,
+                targets=[Candidate(key_text(lms[0].key_of(i)), w, raw_hex(lms[0].key_of(i))) for i, w in m.targets],
+                raw_hex=raw_hex(lms[m.model].key_of(m.token)),
+            )
+            for m in result.mapped
+        ]
+    return values
 
 
 def committed_token(lm: LoadedModel, piece: Piece, start: int, end: int) -> CommittedToken:

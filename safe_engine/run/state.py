@@ -29,7 +29,7 @@ from .checks import check_context, check_request
 from .committing import Committer
 from .damage import DamageMeter
 from .drafting import Draft, draft_after
-from .event_values import committed_token, drafted_tokens, key_text, union_table
+from .event_values import committed_token, drafted_tokens, key_text, method_values, union_table
 from .forcing import Forcing
 from .participant import Participant
 from .piece import Piece
@@ -155,6 +155,7 @@ class Run:
         self.stats.ensembled += 1
         self.stats.replaced += changed
         self.stats.sharpened += result.after is not None
+        names = [p.name for p in self.parts]
         point = EnsemblePoint(
             round=self.round,
             position=position,
@@ -163,8 +164,9 @@ class Run:
             changed=changed,
             method=self.config.ensemble.method,
             sharpening=self.config.ensemble.sharpen if result.after is not None else None,
-            table=union_table(result, [p.name for p in self.parts]),
+            table=union_table(result, names),
             sampled=not self.sampler.greedy,
+            **method_values(result, [view.lm for view in views], names),
         )
         return ids, point
 
