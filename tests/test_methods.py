@@ -265,6 +265,7 @@ def test_the_details_and_tips_show_cores_weights_and_evas_mapping_escaped(monkey
 
 # ---------------------------------------------------------------- the embedded pair
 @pytest.mark.real_models
+@pytest.mark.timeout(3600)  # a fresh machine builds EVA's alignment of the pair first: 15-27 min measured under load
 @pytest.mark.parametrize("method", ["core", "eva"])
 def test_generate_runs_each_method_on_the_embedded_pair(embedded_pair, method, tmp_path):
     """`generate --ensemble-method core|eva` on the embedded pair, 6 tokens per-token (an ensemble point at
