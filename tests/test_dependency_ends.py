@@ -58,9 +58,9 @@ def _venv(end: str) -> Path:
 
 @pytest.fixture(scope="module")
 def outside(tmp_path_factory) -> Path:
-    """A copy of the tests, pytest.ini and the notebook, outside the checkout."""
+    """A copy of the tests, the scripts they import, pytest.ini and the notebook, outside the checkout."""
     copy = tmp_path_factory.mktemp("outside")
-    for name in ("tests", "examples"):
+    for name in ("tests", "scripts", "examples"):
         shutil.copytree(ROOT / name, copy / name, ignore=shutil.ignore_patterns("__pycache__", "*.html"))
     shutil.copy2(ROOT / "pytest.ini", copy / "pytest.ini")
     return copy
