@@ -63,7 +63,7 @@ class LiveTab:
                     sharpen = widget("sharpen")
                     sharpen_lambda = widget("sharpen_lambda")
                     with gr.Accordion("More options", open=False):
-                        ensemble_method = widget("ensemble_method")
+                        ensemble_method = widget("ensemble_method", elem_id="ensemble-method")
                         core_score = widget("core_score")
                         core_beta = widget("core_beta")
                         core_alpha = widget("core_alpha")

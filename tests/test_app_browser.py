@@ -21,6 +21,7 @@ from offline_pages import Offline, offline_context, token_texts  # noqa: E402
 from page_runs import saved_traces  # noqa: E402
 from playwright.sync_api import expect, sync_playwright  # noqa: E402
 from servers import free_port  # noqa: E402
+from tiny_pair import tiny_pair_folders  # noqa: E402
 
 from components.examples import Examples  # noqa: E402
 from safe_engine.data import TRACES_DIR  # noqa: E402
@@ -316,6 +317,51 @@ def test_compare_runs_every_strategy_side_by_side(page, tmp_path):
     expect(measured).to_contain_text("OOV-like predictions: per-token")
     assert "about as much as" not in page.content()
     page.screenshot(path=str(tmp_path / "compare.png"), full_page=True)
+
+
+def _method(page, strategy: str, method: str):
+    page.locator("#strategy").get_by_label(strategy, exact=True).check()
+    page.get_by_text("More options").click()
+    page.locator("#ensemble-method").get_by_label(method, exact=True).check()
+
+
+def _pin_an_ensembled_token(page, shows: str):
+    """Click the first ensembled token of the Live run and wait for the details to hold `shows`."""
+    expect(page.locator("#live-status")).to_contain_text("Done", timeout=RUN_MS)
+    ensembled = page.locator("#live-transcript .tok.ens")
+    expect(ensembled.first).to_be_attached()
+    ensembled.first.click()
+    expect(page.locator("#live-details")).to_contain_text(shows, timeout=30_000)
+    assert "Traceback" not in page.content()
+
+
+@pytest.mark.real_models
+def test_core_runs_live_and_in_compare_and_shows_its_weights(page, tmp_path):
+    """CoRE per-token on the embedded pair: a pinned ensembled token shows the models' consistency weights;
+    Compare runs CoRE with the Live tab's settings, every strategy side by side."""
+    _method(page, "per-token", "core")
+    _run(page, "The capital of Madagascar is", 6)
+    _pin_an_ensembled_token(page, "CoRE's model weights (after the anchor clip): gemma-3-270m")
+    expect(page.locator("#live-details")).to_contain_text("score smollm2-135m-instruct")
+    page.get_by_role("tab", name="Compare").click()
+    page.locator("#compare-prompt textarea").fill("The capital of Madagascar is")
+    page.locator("#compare-run").click()
+    expect(page.locator("#compare-status")).to_contain_text("Done", timeout=RUN_MS)
+    expect(page.locator("#compare-grid .card")).to_have_count(4)
+    expect(page.locator("#compare-table")).to_contain_text("per-token")
+    page.screenshot(path=str(tmp_path / "core.png"), full_page=True)
+
+
+def test_eva_runs_live_on_a_pair_given_as_folders_and_shows_its_mapping(page, tmp_path):
+    """EVA per-token on two tiny random-weight models typed in as folders (their alignment is built in a
+    moment): a pinned ensembled token shows the assisting model's tokens mapped into the drafter's vocabulary."""
+    drafter, verifier = tiny_pair_folders(tmp_path)
+    page.locator("#models textarea").fill(f"{drafter}\n{verifier}")
+    page.locator("#drafter input").fill(drafter)
+    page.locator("#drafter input").press("Enter")
+    _method(page, "per-token", "eva")
+    _run(page, "the answer is", 6)
+    _pin_an_ensembled_token(page, "EVA: the assisting models' top tokens in the drafter's vocabulary")
 
 
 def test_what_if_without_a_finished_run_says_so(page):
