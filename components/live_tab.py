@@ -67,6 +67,7 @@ class LiveTab:
                         core_score = widget("core_score")
                         core_beta = widget("core_beta")
                         core_alpha = widget("core_alpha")
+                        core_space = widget("core_space")
                         eva_top = widget("eva_top", number=True)
                         eva_drop = widget("eva_drop")
                         weights = widget("weights", label="Weights (one per model; empty: equal)", elem_id="weights")
@@ -118,6 +119,7 @@ class LiveTab:
             core_score=core_score,
             core_beta=core_beta,
             core_alpha=core_alpha,
+            core_space=core_space,
             eva_top=eva_top,
             eva_drop=eva_drop,
         )

@@ -67,6 +67,7 @@ class RunSettings:
     core_alpha: float | None
     eva_top: float | None
     eva_drop: float | None
+    core_space: str  # last: a new field goes at the end, so API clients' positions hold
 
     @staticmethod
     def defaults(specs: Sequence[str], strategy: str = "safe", max_new_tokens: int = 48) -> RunSettings:

@@ -22,6 +22,7 @@ from .bench.grid import GridPoint
 from .contract.config import (
     BYTE_COMBINES,
     CORE_SCORES,
+    CORE_SPACES,
     METHODS,
     PER_TOKEN_COMMITS,
     SAFE_MODES,
@@ -247,6 +248,14 @@ DECODING_OPTIONS = (
         step=0.5,
     ),
     Option(
+        "core_space",
+        default=ENSEMBLE.core_space,
+        choices=CORE_SPACES,
+        help="CoRE: mix over UniTE's union of strings, or (main) over the drafter's vocabulary, the assisting "
+        "models' tokens carried to the drafter's same or first sub-token as the paper does",
+        label="CoRE space",
+    ),
+    Option(
         "eva_top",
         type=int,
         default=ENSEMBLE.eva_top,
@@ -464,6 +473,7 @@ def decoding_config(args: argparse.Namespace, strategy: str | None = None) -> De
         core_score=args.core_score,
         core_beta=args.core_beta,
         core_alpha=args.core_alpha,
+        core_space=args.core_space,
         eva_top=args.eva_top,
         eva_drop=args.eva_drop,
     )

@@ -286,6 +286,13 @@ MUTATIONS = [
         "w[1:, None] * per_model[1:]",
     ),
     Mutation(
+        "core-main-exact-only",
+        "CoRE in the drafter's vocabulary: an assisting token no drafter token spells goes to its first sub-token",
+        "safe_engine/decisions/ensemble.py",
+        "return None if isinstance(key, str) else first_subtoken(main.vocab, key)",
+        "return None if isinstance(key, str) else main.vocab.id_of_bytes.get(key)",
+    ),
+    Mutation(
         "core-support-everywhere",
         "CoRE: a candidate off both the model's and the main model's support scores 0",
         "safe_engine/decisions/core.py",

@@ -123,6 +123,27 @@ def test_core_composes_with_safes_gate():
     assert [p.chosen for p in points(events)] == ["y"] and events[-1].text == "y"
 
 
+SPLIT_DRAFTER = {"": {"x": 0.35, "y": 0.65}}
+SPLIT_VERIFIER = {"": {"xy": 0.35, "xz": 0.35, "y": 0.3}}
+
+
+def test_core_in_the_drafters_vocabulary_pools_what_the_union_splits():
+    """The verifier's "xy" and "xz" (0.35 each) are not drafter tokens. Over UniTE's union they stay two strings
+    and the drafter's first-sub-token fill reads its "x" for each, so y wins (CoRE as the plain mean). In the
+    paper's frame both are carried to the drafter's "x" (0.7): x 0.525, y 0.475 (both weigh ½ after the clip,
+    every token score 1, as both models are equally far from the mean), so x wins, a drafter token."""
+    models = scripted("a", [], SPLIT_DRAFTER, P), scripted("b", ["xy", "xz"], SPLIT_VERIFIER, P)
+    assert run(models, CORE)[-1].text == "y"
+    events = run(models, EnsembleConfig(method="core", core_space="main", sharpen="none"))
+    assert events[-1].text == "x"
+    point = points(events)[0]
+    rows = {row.text: row for row in point.table}
+    assert rows["x"].per_model == pytest.approx({"a": 0.35, "b": 0.7}) and rows["x"].before == pytest.approx(0.525)
+    assert rows["y"].per_model == pytest.approx({"a": 0.65, "b": 0.3}) and rows["y"].before == pytest.approx(0.475)
+    assert "xy" not in rows and point.model_weights == pytest.approx({"a": 0.5, "b": 0.5})
+    assert rows["x"].scores == pytest.approx({"a": 1.0, "b": 1.0})
+
+
 # ---------------------------------------------------------------- EVA: the offline alignment
 def test_the_alignment_recovers_a_known_rotation_across_widths():
     """An assisting vocabulary that is the main one shuffled, rotated and embedded in more dimensions: half

@@ -9,6 +9,7 @@ from .errors import ConfigError
 METHODS = ("unite", "topk", "gac", "core", "eva")
 SHARPENING = ("heuristic", "geometric", "none")
 CORE_SCORES = ("rbf", "linear", "power")  # CoRE's token consistency f(δ) (decisions/core.py)
+CORE_SPACES = ("union", "main")  # where CoRE mixes: UniTE's union of strings, or the drafter's vocabulary (the paper)
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,7 @@ class EnsembleConfig:
     core_score: str = "rbf"  # CoRE's f(δ): rbf (the paper's default), linear or power
     core_beta: float = 2.0  # CoRE's rbf sharpness β
     core_alpha: float = 5.0  # CoRE's power exponent α
+    core_space: str = "union"  # CoRE over UniTE's union; main: the drafter's vocabulary, as the paper
     eva_top: int = 320  # EVA: each model's top tokens softmaxed before mapping
     eva_drop: int = 5  # EVA: a model joins if its top token is in another's top eva_drop
 
@@ -84,6 +86,7 @@ class DecodeConfig:
             (ens.core_score in CORE_SCORES, f"CoRE's score must be one of {', '.join(CORE_SCORES)}"),
             (0 < ens.core_beta <= 100, "CoRE's beta must be in (0, 100]"),
             (0 < ens.core_alpha <= 100, "CoRE's alpha must be in (0, 100]"),
+            (ens.core_space in CORE_SPACES, f"CoRE's space must be one of {', '.join(CORE_SPACES)}"),
             (1 <= ens.eva_top <= 100_000, "EVA's top must be 1..100000"),
             (1 <= ens.eva_drop <= 1000, "EVA's drop must be 1..1000"),
             (0 <= self.temperature <= 10, "temperature must be 0 (greedy) to 10"),

@@ -18,7 +18,7 @@ from ..models.loading import LoadedModel
 from ..models.vocab_alignment import VocabAlignment, vocab_alignment
 from ..tokenization.alignment import EOS_KEY, TokenBytes
 from .core import CoreScores, core_mix, core_scores
-from .eva import MappedToken, eva_mix, mapped_tokens
+from .eva import MappedToken, eva_mix, mapped_tokens, top_softmax
 from .model_tuples import ModelTupleCache
 
 Key = bytes | str
@@ -134,30 +134,75 @@ ALIGNMENTS: ModelTupleCache[VocabAlignment] = ModelTupleCache(lambda lms: vocab_
 """EVA's alignments by (main model, assisting model), read from disk or built once (`models.vocab_alignment`)."""
 
 
+def main_vocab_columns(main: LoadedModel, rows: torch.Tensor, mix: torch.Tensor, top_k: int) -> dict[Key, list[int]]:
+    """The drafter's tokens a table of a mix over its vocabulary shows: the mix's top-k and each row's top-k
+    with mass, one column per string (ids spelling the same string together), best first."""
+    keep = set(torch.topk(mix, top_k).indices.tolist())
+    for row in rows:
+        top = torch.topk(row, top_k)
+        keep |= {i for i, p in zip(top.indices.tolist(), top.values.tolist()) if p > 0}
+    columns: dict[Key, list[int]] = {}
+    for i in sorted(keep, key=lambda i: -mix[i].item()):
+        columns.setdefault(main.key_of(i), []).append(i)
+    return columns
+
+
+def _main_vocab_result(
+    main: LoadedModel, rows: torch.Tensor, mix: torch.Tensor, top_k: int, core: CoreScores | None = None, **extra
+) -> EnsembleResult:
+    """An ensemble decided over the drafter's vocabulary, as a table of the tokens that matter; the mix's argmax
+    (always among them) is the choice. CoRE's token scores are kept for the shown strings (each its first id's)."""
+    columns = main_vocab_columns(main, rows, mix, top_k)
+    keys = list(columns)
+    per_model = torch.stack([rows[:, ids].sum(1) for ids in columns.values()], dim=1)
+    before = torch.stack([mix[ids].sum() for ids in columns.values()])
+    if core is not None:
+        core = CoreScores(core.weights, core.token_scores[:, [ids[0] for ids in columns.values()]])
+    return EnsembleResult(keys, per_model, before, None, keys[int(torch.argmax(before))], core=core, **extra)
+
+
 def eva_union(views: Sequence[ModelView], config: EnsembleConfig) -> EnsembleResult:
-    """EVA over the drafter's vocabulary, views[0] its main model. The table keeps the tokens that matter (each
-    model's top-k and the mean's top-k, one row per string), the mean's argmax among them."""
+    """EVA over the drafter's vocabulary, views[0] its main model."""
     main = views[0].lm
     alignments = [ALIGNMENTS.get((main, view.lm)) for view in views[1:]]
     logits = [view.logits for view in views]
     mix = eva_mix(logits, alignments, len(main.vocab), _weights(views), config)
-    keep = set(torch.topk(mix.mean, config.top_k).indices.tolist())
-    for row in mix.rows:
-        top = torch.topk(row, config.top_k)
-        keep |= {i for i, p in zip(top.indices.tolist(), top.values.tolist()) if p > 0}
-    columns: dict[Key, list[int]] = {}
-    for i in sorted(keep, key=lambda i: -mix.mean[i].item()):
-        columns.setdefault(main.key_of(i), []).append(i)
-    keys = list(columns)
-    per_model = torch.stack([mix.rows[:, ids].sum(1) for ids in columns.values()], dim=1)
-    before = torch.stack([mix.mean[ids].sum() for ids in columns.values()])
     shown = mapped_tokens(logits, alignments, TOP_K_SHOWN, config.eva_top)
-    chosen = keys[int(torch.argmax(before))]
-    return EnsembleResult(keys, per_model, before, None, chosen, joined=mix.joined, mapped=shown)
+    return _main_vocab_result(main, mix.rows, mix.mean, config.top_k, joined=mix.joined, mapped=shown)
+
+
+def main_token(main: LoadedModel, key: Key) -> int | None:
+    """The drafter's token an assisting model's token is carried to by the paper's UniTE token map: the same
+    string, else its first sub-token (an end token to an end token; another special token to none)."""
+    if key == EOS_KEY:
+        return min(main.eos_ids) if main.eos_ids else None
+    return None if isinstance(key, str) else first_subtoken(main.vocab, key)
+
+
+def main_vocab_projection(views: Sequence[ModelView], top_k: int) -> torch.Tensor:
+    """CoRE's own frame: each model's top-k softmaxed, every assisting model's mass carried onto the drafter's
+    tokens by `main_token`, not renormalised (mass with nowhere to go is dropped): [models, drafter vocab]."""
+    main = views[0].lm
+    size = len(main.vocab)
+    rows = [top_softmax(views[0].logits, size, top_k)]
+    for view in views[1:]:
+        probs = top_softmax(view.logits, len(view.lm.vocab), top_k)
+        row = torch.zeros(size)
+        for token in probs.nonzero().flatten().tolist():
+            target = main_token(main, view.lm.key_of(token))
+            if target is not None:
+                row[target] += probs[token]
+        rows.append(row)
+    return torch.stack(rows)
 
 
 def core_union(views: Sequence[ModelView], config: EnsembleConfig) -> EnsembleResult:
-    """CoRE over UniTE's union: the models' consistency weights and token scores, and their mix."""
+    """CoRE: the models' consistency weights and token scores, and their mix, over UniTE's union (`core_space`
+    union) or, as the paper, over the drafter's vocabulary (main)."""
+    if config.core_space == "main":
+        rows = main_vocab_projection(views, config.top_k)
+        scores = core_scores(rows, _weights(views), config)
+        return _main_vocab_result(views[0].lm, rows, core_mix(rows, scores), config.top_k, core=scores)
     keys, per_model = unite_union(views, config)
     scores = core_scores(per_model, _weights(views), config)
     mix = core_mix(per_model, scores)
