@@ -1,10 +1,12 @@
 """Find real prompts where per-token ensembling collapses and SAFE does not, on the embedded pair.
 
-    python -m benchmarks.collapse_search [--max-new-tokens 160] [--limit N] [--out out/collapse]
+    python -m benchmarks.collapse_search [--max-new-tokens 160] [--limit N | --ids ID,…] [--methods gac,core,eva]
+        [--out out/collapse]
     python -m benchmarks.collapse_search --report-only [--ship 4]
 
-Runs every prompt of benchmarks/collapse_prompts.jsonl through each model alone, per-token ensembling in
-both commit modes (UniTE's first sub-token, and the full spelling) and SAFE; appends one line per run to
+Runs every prompt of benchmarks/collapse_prompts.jsonl (or the `--ids` ones) through each model alone,
+per-token ensembling in both commit modes (UniTE's first sub-token, and the full spelling) and SAFE, and with
+each of `--methods` per-token and SAFE again (labelled `per-token:METHOD`, `safe:METHOD`); appends one line per run to
 OUT/results.jsonl (rerunning resumes) and each prompt's events to OUT/traces/ID.jsonl. Then it writes a
 report (default benchmarks/results/collapse_search.md) ranking prompts by how much worse per-token's
 output is than both SAFE's and the single models', with the distribution of degenerate outputs per
@@ -23,6 +25,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from safe_engine.contract.config import METHODS
 from safe_engine.data import TRACES_DIR
 from safe_engine.models.cache import load_models
 from safe_engine.models.specs import DEFAULT_MODELS
@@ -51,17 +54,25 @@ def severity(degeneration: dict) -> float:
     )
 
 
-def plan(models, config: DecodeConfig):
-    """Each model alone, per-token in both commit modes, SAFE."""
+def plan(models, config: DecodeConfig, methods: list[str] = ()):
+    """Each model alone, per-token in both commit modes, SAFE; then per-token and SAFE with each of `methods`."""
     runs = comparison_plan(models, config)
     full = ("per-token-full", models, replace(config, strategy="per-token", per_token_commit="full"))
-    return [run for run in runs if run[0] != "safe"] + [full] + [run for run in runs if run[0] == "safe"]
+    other = [
+        (
+            f"{strategy}:{method}",
+            models,
+            replace(config, strategy=strategy, ensemble=replace(config.ensemble, method=method)),
+        )
+        for method in methods
+        for strategy in PER_TOKEN[:1] + ("safe",)
+    ]
+    return [run for run in runs if run[0] != "safe"] + [full] + [run for run in runs if run[0] == "safe"] + other
 
 
 def search(args) -> None:
-    prompts = [json.loads(line) for line in PROMPTS.read_text(encoding="utf-8").splitlines() if line.strip()][
-        : args.limit
-    ]
+    prompts = [json.loads(line) for line in PROMPTS.read_text(encoding="utf-8").splitlines() if line.strip()]
+    prompts = [p for p in prompts if p["id"] in args.ids] if args.ids else prompts[: args.limit]
     out = Path(args.out)
     (out / "traces").mkdir(parents=True, exist_ok=True)
     results = out / "results.jsonl"
@@ -73,7 +84,7 @@ def search(args) -> None:
         for number, row in enumerate(prompts, 1):
             todo = [
                 (label, run_models, run_config)
-                for label, run_models, run_config in plan(models, config)
+                for label, run_models, run_config in plan(models, config, args.methods)
                 if (row["id"], label) not in done
             ]
             if not todo:
@@ -244,6 +255,9 @@ def ship(args, prompts: dict[str, dict[str, dict]], chosen: list[str]) -> None:
 def _label(started: dict) -> str:
     if started["strategy"] == "single":
         return f"single:{started['drafter']}"
+    method = started["config"]["ensemble"]["method"]
+    if method != "unite":
+        return f"{started['strategy']}:{method}"
     if started["strategy"] == "per-token" and started["config"].get("per_token_commit") == "full":
         return "per-token-full"
     return started["strategy"]
@@ -253,6 +267,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-new-tokens", type=int, default=160)
     parser.add_argument("--limit", type=int, help="only the first N prompts")
+    parser.add_argument("--ids", type=lambda text: text.split(","), help="only these prompts (comma-separated ids)")
+    parser.add_argument(
+        "--methods",
+        type=lambda text: text.split(","),
+        default=[],
+        help=f"also run per-token and SAFE with each of these ensemble methods ({', '.join(METHODS[1:])})",
+    )
     parser.add_argument("--out", default="out/collapse")
     parser.add_argument("--report", default=str(REPORT))
     parser.add_argument("--report-only", action="store_true", help="rank what OUT/results.jsonl holds; run nothing")
@@ -260,6 +281,9 @@ def main() -> None:
         "--ship", type=int, default=0, metavar="K", help="copy the K clearest cases into safe_engine/data/traces/"
     )
     args = parser.parse_args()
+    unknown = sorted(set(args.methods) - set(METHODS[1:]))
+    if unknown:
+        parser.error(f"unknown ensemble method {', '.join(unknown)}: one of {', '.join(METHODS[1:])}")
     if not args.report_only:
         search(args)
     report(args)
