@@ -65,7 +65,7 @@ def plan(models, config: DecodeConfig, methods: list[str] = ()):
             replace(config, strategy=strategy, ensemble=replace(config.ensemble, method=method)),
         )
         for method in methods
-        for strategy in PER_TOKEN[:1] + ("safe",)
+        for strategy in ("per-token", "safe")
     ]
     return [run for run in runs if run[0] != "safe"] + [full] + [run for run in runs if run[0] == "safe"] + other
 

@@ -196,13 +196,15 @@ def main_vocab_projection(views: Sequence[ModelView], top_k: int) -> torch.Tenso
     return torch.stack(rows)
 
 
+def core_in_main_vocab(views: Sequence[ModelView], config: EnsembleConfig) -> EnsembleResult:
+    """CoRE as the paper frames it: over the drafter's vocabulary, the assisting models carried into it."""
+    rows = main_vocab_projection(views, config.top_k)
+    scores = core_scores(rows, _weights(views), config)
+    return _main_vocab_result(views[0].lm, rows, core_mix(rows, scores), config.top_k, core=scores)
+
+
 def core_union(views: Sequence[ModelView], config: EnsembleConfig) -> EnsembleResult:
-    """CoRE: the models' consistency weights and token scores, and their mix, over UniTE's union (`core_space`
-    union) or, as the paper, over the drafter's vocabulary (main)."""
-    if config.core_space == "main":
-        rows = main_vocab_projection(views, config.top_k)
-        scores = core_scores(rows, _weights(views), config)
-        return _main_vocab_result(views[0].lm, rows, core_mix(rows, scores), config.top_k, core=scores)
+    """CoRE over UniTE's union: the models' consistency weights and token scores, and their mix."""
     keys, per_model = unite_union(views, config)
     scores = core_scores(per_model, _weights(views), config)
     mix = core_mix(per_model, scores)
@@ -217,7 +219,12 @@ def mean_union(views: Sequence[ModelView], config: EnsembleConfig) -> EnsembleRe
     return EnsembleResult(keys, per_model, before, None, keys[int(torch.argmax(before))])
 
 
-MIXES = {"core": core_union, "eva": eva_union}
+def core(views: Sequence[ModelView], config: EnsembleConfig) -> EnsembleResult:
+    """CoRE in the frame `core_space` names: UniTE's union (union) or the drafter's vocabulary (main)."""
+    return (core_in_main_vocab if config.core_space == "main" else core_union)(views, config)
+
+
+MIXES = {"core": core, "eva": eva_union}
 
 
 def sharpen_heuristic(keys: Sequence[Key], probs: torch.Tensor, anchors: Sequence[Key], lam: float) -> torch.Tensor:
