@@ -46,8 +46,8 @@ each drafted token, SAFE checks two things:
    just before the drafted token. If not, ensembling there would be an OOV-like prediction, so SAFE
    skips it (dashed outline).
 2. **Is it needed?** If every verifier's top choice is its own next token (unanimity), or the models'
-   mean probability is above 0.5, a greedy ensemble could not change the token, so SAFE keeps the
-   draft (green).
+   mean probability is above the consensus threshold ({DEFAULTS.consensus_threshold} unless set; from ½ up a greedy
+   ensemble could not change the token), SAFE keeps the draft (green).
 
 Only the remaining positions are ensembled (blue, or yellow where the ensemble replaced the draft).
 What that costs and what it avoids on *this* prompt is measured on the right, under the columns.
