@@ -36,6 +36,7 @@ from safe_engine.strategies.decoding import DecodeConfig, decode
 ROOT = Path(__file__).resolve().parents[1]
 
 PROMPTS = ROOT / "benchmarks" / "collapse_prompts.jsonl"
+OTHER_METHODS = tuple(m for m in METHODS if m != "unite")  # UniTE's are the plain per-token and SAFE runs
 REPORT = ROOT / "benchmarks" / "results" / "collapse_search.md"
 SHIPPED = TRACES_DIR
 PER_TOKEN = ("per-token", "per-token-full")
@@ -70,8 +71,12 @@ def plan(models, config: DecodeConfig, methods: list[str] = ()):
     return [run for run in runs if run[0] != "safe"] + [full] + [run for run in runs if run[0] == "safe"] + other
 
 
+def collapse_prompts() -> list[dict]:
+    return [json.loads(line) for line in PROMPTS.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
 def search(args) -> None:
-    prompts = [json.loads(line) for line in PROMPTS.read_text(encoding="utf-8").splitlines() if line.strip()]
+    prompts = collapse_prompts()
     prompts = [p for p in prompts if p["id"] in args.ids] if args.ids else prompts[: args.limit]
     out = Path(args.out)
     (out / "traces").mkdir(parents=True, exist_ok=True)
@@ -272,7 +277,7 @@ def main() -> None:
         "--methods",
         type=lambda text: text.split(","),
         default=[],
-        help=f"also run per-token and SAFE with each of these ensemble methods ({', '.join(METHODS[1:])})",
+        help=f"also run per-token and SAFE with each of these ensemble methods ({', '.join(OTHER_METHODS)})",
     )
     parser.add_argument("--out", default="out/collapse")
     parser.add_argument("--report", default=str(REPORT))
@@ -281,9 +286,12 @@ def main() -> None:
         "--ship", type=int, default=0, metavar="K", help="copy the K clearest cases into safe_engine/data/traces/"
     )
     args = parser.parse_args()
-    unknown = sorted(set(args.methods) - set(METHODS[1:]))
+    unknown = sorted(set(args.methods) - set(OTHER_METHODS))
     if unknown:
-        parser.error(f"unknown ensemble method {', '.join(unknown)}: one of {', '.join(METHODS[1:])}")
+        parser.error(f"unknown ensemble method {', '.join(unknown)}: one of {', '.join(OTHER_METHODS)}")
+    missing = sorted(set(args.ids or ()) - {row["id"] for row in collapse_prompts()})
+    if missing:
+        parser.error(f"no prompt {', '.join(missing)} in {PROMPTS.name}")
     if not args.report_only:
         search(args)
     report(args)
